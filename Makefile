@@ -1,0 +1,95 @@
+# camlheap -- out-of-process eBPF memory profiler for native OCaml.
+#   make          build build/camlheap (installs missing Debian packages first)
+#   make test     build, then run every test (unit + end-to-end on real processes; root)
+#   make demo     profile Debian's ocamlopt.opt compiling a large stdlib file
+#   make bench    overhead ratios, side by side in one run
+#   make deps     only install the Debian packages
+
+BUILD    ?= build
+CC       ?= gcc
+CLANG    ?= clang
+BPFTOOL  ?= bpftool
+OCAMLOPT ?= ocamlopt
+
+# Debian 12 packages the build, the tests, the demo and the bench need.
+DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev pkg-config make gcc \
+            ocaml-nox ocaml-source python3 python3-pyelftools procps util-linux
+
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Iinclude -Iuser -I$(BUILD)
+LDLIBS   := -lbpf -ldw -lelf -lz -lm
+
+BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I. -Iinclude -Wall -Wno-unused-function
+
+USER_SRCS := $(filter-out user/main.c,$(wildcard user/*.c))
+USER_OBJS := $(patsubst user/%.c,$(BUILD)/user/%.o,$(USER_SRCS))
+BPF_SRCS  := $(wildcard bpf/*.bpf.c)
+BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
+SKELS     := $(patsubst bpf/%.bpf.c,$(BUILD)/%.skel.h,$(BPF_SRCS))
+
+FIXTURE_SRCS := $(wildcard tests/fixtures/*.ml)
+FIXTURES     := $(patsubst tests/fixtures/%.ml,$(BUILD)/fixtures/%,$(FIXTURE_SRCS))
+UNIT_SRCS    := $(wildcard tests/unit_*.c)
+UNIT_BINS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
+
+.PHONY: all deps test demo bench clean fixtures unit
+.DELETE_ON_ERROR:
+
+all: deps $(BUILD)/camlheap
+
+# Install what is missing (a fresh Debian 12 machine has no package lists).
+deps: $(BUILD)/.deps
+$(BUILD)/.deps: Makefile
+	@mkdir -p $(BUILD)
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "error: packages missing ($$missing); run 'make deps' as root" >&2; exit 1; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends $$missing >/dev/null || exit 1; \
+	fi
+	@touch $@
+
+$(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c bpf/*.h include/*.h vmlinux.h | $(BUILD)/.deps
+	@mkdir -p $(@D)
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(BUILD)/%.skel.h: $(BUILD)/bpf/%.bpf.o
+	$(BPFTOOL) gen skeleton $< > $@
+
+$(BUILD)/user/%.o: user/%.c user/*.h include/*.h $(SKELS) | $(BUILD)/.deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/camlheap: $(BUILD)/user/main.o $(USER_OBJS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# --- tests -------------------------------------------------------------------
+# Fixtures: tests/fixtures/NAME.ml [+ NAME_stubs.c] -> build/fixtures/NAME,
+# native, with -g.  Per-fixture link flags in tests/fixtures/NAME.flags.
+$(BUILD)/fixtures/%: tests/fixtures/%.ml $(wildcard tests/fixtures/*_stubs.c) $(wildcard tests/fixtures/*.flags) | $(BUILD)/.deps
+	@mkdir -p $(BUILD)/fixtures/obj-$*
+	cp $< $(BUILD)/fixtures/obj-$*/
+	if [ -f tests/fixtures/$*_stubs.c ]; then cp tests/fixtures/$*_stubs.c $(BUILD)/fixtures/obj-$*/; fi
+	cd $(BUILD)/fixtures/obj-$* && $(OCAMLOPT) -g $$(cat ../../../tests/fixtures/$*.flags 2>/dev/null) \
+	  $$(ls $*_stubs.c 2>/dev/null) $*.ml -o ../$*
+
+fixtures: $(FIXTURES)
+
+$(BUILD)/tests/unit_%: tests/unit_%.c $(USER_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+unit: $(UNIT_BINS)
+
+test: all fixtures unit
+	python3 tests/run_tests.py
+
+demo: all
+	sh tests/demo.sh
+
+bench: all fixtures
+	python3 tests/bench.py
+
+clean:
+	rm -rf $(BUILD)

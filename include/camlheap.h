@@ -1,0 +1,120 @@
+/* camlheap.h -- the ABI shared by bpf/ and user/: event records, map keys
+ * and values, counters, constants.  One source of truth: no struct here is
+ * declared anywhere else.  Units are in the field names (_words, _bytes, _ns).
+ *
+ * Included by BPF code (after vmlinux.h) and by user space (after <stdint.h>
+ * through ch_types.h), so it only uses the __u8/__u16/__u32/__u64 types that
+ * both sides have.
+ */
+#ifndef CAMLHEAP_H
+#define CAMLHEAP_H
+
+/* Stacks are walked with bpf_loop up to this many frames (array size).  The
+ * runtime-configurable depth (rodata max_frames) is at most this.  Real
+ * ocamlopt.opt stacks reach 376+ frames and exceed 512 on format.ml
+ * (feasibility-4.13.md §1.4). */
+#define CH_MAX_FRAMES 2048
+#define CH_DEFAULT_FRAMES 1024
+
+/* Size of the geometric-draw pool that user space fills (BPF has no floating
+ * point).  Power of two: indexed with bpf_get_prandom_u32() & mask. */
+#define CH_GEOM_POOL_SIZE 65536
+
+/* What a sample was taken from.  The numbering is part of the ABI. */
+enum ch_alloc_kind {
+	CH_KIND_MINOR = 0,      /* minor heap (issue: minor sampling; not sampled yet) */
+	CH_KIND_MAJOR = 1,      /* direct major-heap allocation, caml_alloc_shr (words incl. header) */
+	CH_KIND_CUSTOM = 2,     /* out-of-heap memory declared by caml_alloc_custom_mem (words = bytes/8) */
+	CH_KIND_UNMARSHAL = 3,  /* unmarshalled (interned) region, words incl. headers */
+	CH_KIND__COUNT
+};
+
+/* Why an in-kernel stack walk ended (ARCHITECTURE.md §5). */
+enum ch_stack_term {
+	CH_TERM_CLEAN = 0,      /* reached the last callback context (bottom_of_stack == NULL) */
+	CH_TERM_UNKNOWN_PC = 1, /* a return address with no frame descriptor */
+	CH_TERM_READ_ERROR = 2, /* bpf_probe_read_user failed (stack or Caml_state unreadable) */
+	CH_TERM_DEPTH = 3,      /* stopped at max_frames; the leaf side is kept */
+	CH_TERM__COUNT
+};
+
+/* Global counters, a PERCPU_ARRAY indexed by this enum; user space sums. */
+enum ch_counter {
+	CH_CNT_HITS_MAJOR = 0,     /* probe hits: caml_memprof_track_alloc_shr */
+	CH_CNT_HITS_CUSTOM,        /* probe hits: caml_memprof_track_custom */
+	CH_CNT_HITS_UNMARSHAL,     /* probe hits: caml_memprof_track_interned */
+	CH_CNT_WORDS_MAJOR,        /* words seen (all hits, sampled or not) */
+	CH_CNT_WORDS_CUSTOM,
+	CH_CNT_WORDS_UNMARSHAL,
+	CH_CNT_SAMPLES,            /* samples drawn (sum of nsamples over events) */
+	CH_CNT_EVENTS,             /* sample events emitted */
+	CH_CNT_DROPPED,            /* sample events lost: ring buffer full */
+	CH_CNT_DROPPED_SAMPLES,    /* samples inside the lost events */
+	CH_CNT_NEW_STACKS,         /* events that carried their frames (first sight of a stack) */
+	CH_CNT_BAD_STATE,          /* Caml_state unreadable or inconsistent at a hit */
+	CH_CNT__COUNT
+};
+
+/* Per-process state, BPF hash map `procs`, key = tgid.  Written by user space
+ * at attach (bias, addresses, first geometric draw), then owned by BPF.  In
+ * OCaml 4.x only the thread holding the master lock runs the runtime, so the
+ * sampler state needs no atomics. */
+struct ch_proc {
+	__u64 load_bias;            /* runtime vaddr - link-time vaddr of the executable */
+	__u64 caml_state_sym;       /* link-time vaddr of the global `Caml_state` pointer (4.x) */
+	__s64 next_sample_words;    /* memprof's next_rand_geom: words before the next sampled word */
+};
+
+/* Map `frametable`: key = link-time return address (pc - load_bias), value:
+ * frame size in bytes as stored in the frame descriptor (low two bits are
+ * flags; 0xFFFF marks the return into C of a callback). */
+struct ch_frame_key {
+	__u64 retaddr;
+};
+struct ch_frame_val {
+	__u16 frame_size;
+	__u16 pad[3];
+};
+
+/* Ring-buffer record: one sample event.  `frames` is present (nframes
+ * entries, leaf first, runtime addresses) only when `has_frames` is set:
+ * the first time the kernel sees this stack id.  Later events carry the id
+ * alone; user space caches stacks by id.  Keep `frames` last. */
+struct ch_sample_event {
+	__u64 stack_id;             /* 64-bit hash of the frames and termination reason */
+	__u64 time_ns;              /* bpf_ktime_get_ns() */
+	__u64 block_addr;           /* the sampled block (an OCaml value pointer), 0 if none */
+	__u64 size_words;           /* words the sampling decision was made over */
+	__u32 tgid;
+	__u32 tid;
+	__u32 nsamples;             /* samples in this block (memprof's n_samples) */
+	__u8 kind;                  /* enum ch_alloc_kind */
+	__u8 term;                  /* enum ch_stack_term */
+	__u8 has_frames;
+	__u8 pad0;
+	__u32 nframes;              /* depth of the walked stack */
+	__u32 pad1;
+	__u64 frames[CH_MAX_FRAMES];
+};
+
+#define CH_EVENT_HEADER_BYTES ((unsigned long)&((struct ch_sample_event *)0)->frames)
+
+/* OCaml 4.13/4.14 amd64 `caml_domain_state` offsets (bytes), checked with
+ * offsetof against the installed headers (ocaml-runtime.md §3.4;
+ * runtime/caml/domain_state.tbl).  4.14 only appends fields. */
+#define CH_OCAML4_YOUNG_LIMIT 0
+#define CH_OCAML4_YOUNG_PTR 8
+#define CH_OCAML4_YOUNG_ALLOC_START 48
+#define CH_OCAML4_YOUNG_ALLOC_END 56
+#define CH_OCAML4_BOTTOM_OF_STACK 208
+#define CH_OCAML4_LAST_RETURN_ADDRESS 216
+#define CH_OCAML4_STAT_MINOR_COLLECTIONS 320
+#define CH_OCAML4_STAT_MAJOR_COLLECTIONS 328
+
+/* struct caml_context {bottom_of_stack; last_retaddr; gc_regs} sits at
+ * sp + 16 in the 0xFFFF callback frame (4.13.1 runtime/caml/stack.h:80-84,
+ * amd64.S:484-488). */
+#define CH_OCAML4_CALLBACK_LINK 16
+#define CH_FRAME_RETURN_TO_C 0xFFFF
+
+#endif

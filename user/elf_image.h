@@ -1,0 +1,85 @@
+/* elf_image.h -- read what camlheap needs from an x86-64 ELF executable:
+ * symbols (.symtab, else .dynsym), PT_LOAD segments, bytes at link-time
+ * virtual addresses, and R_X86_64_RELATIVE relocations for PIE pointers.
+ *
+ * Addresses called "vaddr" are link-time virtual addresses (as in the ELF
+ * headers); the runtime address of a mapped vaddr is vaddr + load bias.
+ * Built on libelf (elfutils).  The file is mapped read-only for the life of
+ * the image.
+ */
+#ifndef CH_ELF_IMAGE_H
+#define CH_ELF_IMAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct elf_symbol {
+	const char *name;  /* owned by the image */
+	uint64_t vaddr;    /* st_value */
+	uint64_t size;     /* st_size, bytes */
+	uint8_t type;      /* STT_* */
+	uint8_t bind;      /* STB_* */
+	bool dynamic;      /* came from .dynsym */
+};
+
+struct elf_image;
+
+/* Open and index `path`.  On success *out owns the image.
+ * Returns 0, or a negative errno: -ENOENT/-EACCES (open), -ENOEXEC (not an
+ * ELF file, not x86-64, or no PT_LOAD segment), -ENOMEM. */
+int elf_image_open(const char *path, struct elf_image **out);
+void elf_image_close(struct elf_image *img);
+
+const char *elf_image_path(const struct elf_image *img);
+bool elf_image_is_pie(const struct elf_image *img);          /* ET_DYN */
+bool elf_image_has_symtab(const struct elf_image *img);      /* .symtab present (not stripped) */
+bool elf_image_has_dwarf(const struct elf_image *img);       /* a .debug_info or .debug_line section */
+/* Number of symbols indexed (both tables, names de-duplicated). */
+size_t elf_image_symbol_count(const struct elf_image *img);
+
+/* Symbol by exact name; .symtab wins over .dynsym.  NULL if absent. */
+const struct elf_symbol *elf_image_symbol(const struct elf_image *img, const char *name);
+
+/* The function symbol (STT_FUNC, or STT_NOTYPE in an executable segment)
+ * whose [vaddr, vaddr+size) contains `vaddr`, else the nearest one below it
+ * in the same executable segment.  Among aliases at one address it prefers
+ * a real function name over OCaml's `camlX__code_begin`/`code_end` markers
+ * and over local labels.  NULL if none. */
+const struct elf_symbol *elf_image_function_at(const struct elf_image *img, uint64_t vaddr);
+
+/* Iterate over all indexed symbols (for tests and the frametable loader).
+ * Returns the i-th symbol, NULL when i >= count. */
+const struct elf_symbol *elf_image_symbol_nth(const struct elf_image *img, size_t i);
+
+/* File offset of `vaddr` through the PT_LOAD segment that contains it
+ * (vaddr - p_vaddr + p_offset).  Uprobes take file offsets, not vaddrs
+ * (feasibility-4.13.md §5.7).  Returns 0, or -ERANGE if no segment maps it
+ * from the file. */
+int elf_image_vaddr_to_offset(const struct elf_image *img, uint64_t vaddr, uint64_t *file_off);
+
+/* True if `vaddr` lies in an executable PT_LOAD segment. */
+bool elf_image_is_code(const struct elf_image *img, uint64_t vaddr);
+
+/* Copy `len` bytes at `vaddr` out of the file image; bytes past p_filesz
+ * (.bss) read as zero.  Relocations are NOT applied.  Returns 0 or -ERANGE. */
+int elf_image_read(const struct elf_image *img, uint64_t vaddr, void *buf, size_t len);
+
+/* Pointer-sized value at `vaddr` as the dynamic loader would leave it
+ * relative to a zero load bias: the addend of an R_X86_64_RELATIVE (or the
+ * symbol value + addend of R_X86_64_64/GLOB_DAT) relocation at that address
+ * if there is one (lld leaves the in-place bytes zero), else the bytes in
+ * the file.  Returns 0 or -ERANGE. */
+int elf_image_read_ptr(const struct elf_image *img, uint64_t vaddr, uint64_t *out);
+
+/* Direct pointer to `len` bytes at `vaddr` inside the mapped file, or NULL
+ * if they are not all backed by file bytes in one segment. */
+const void *elf_image_data(const struct elf_image *img, uint64_t vaddr, size_t len);
+
+/* Search the file's loadable data for a NUL-delimited string matching
+ * "D.DD.D" style OCaml versions ("4.13.1", "4.14.2+dev", "5.3.0"), as stored
+ * for Sys.ocaml_version.  Copies the first match into buf.  Returns 0, or
+ * -ENOENT if none. */
+int elf_image_find_ocaml_version(const struct elf_image *img, char *buf, size_t buflen);
+
+#endif
