@@ -12,12 +12,14 @@ BPFTOOL  ?= bpftool
 OCAMLOPT ?= ocamlopt
 
 # Debian 12 packages the build, the tests, the demo and the bench need.
-DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev pkg-config make gcc \
+DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-dev pkg-config make gcc \
             ocaml-nox ocaml-source python3 python3-pyelftools procps util-linux
 
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Iinclude -Iuser -I$(BUILD)
-LDLIBS   := -lbpf -ldw -lelf -lz -lm
+CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD)
+# Recursive (=): pkg-config runs in recipes, after `deps` installed it.
+CFLAGS   += $(shell pkg-config --cflags glib-2.0 2>/dev/null)
+LDLIBS   = -lbpf -ldw -lelf -lz -lm $(shell pkg-config --libs glib-2.0 2>/dev/null)
 
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I. -Iinclude -Wall -Wno-unused-function
 
@@ -74,7 +76,14 @@ $(BUILD)/fixtures/%: tests/fixtures/%.ml $(wildcard tests/fixtures/*_stubs.c) $(
 	cd $(BUILD)/fixtures/obj-$* && $(OCAMLOPT) -g $$(cat ../../../tests/fixtures/$*.flags 2>/dev/null) \
 	  $$(ls $*_stubs.c 2>/dev/null) $*.ml -o ../$*
 
-fixtures: $(FIXTURES)
+# Bytecode builds of one fixture, for the "not native code" errors.
+$(BUILD)/fixtures/hello_byte.byte $(BUILD)/fixtures/hello_byte.custom: tests/fixtures/hello_byte.ml | $(BUILD)/.deps
+	@mkdir -p $(BUILD)/fixtures/obj-byte
+	cp $< $(BUILD)/fixtures/obj-byte/
+	cd $(BUILD)/fixtures/obj-byte && ocamlc unix.cma hello_byte.ml -o ../hello_byte.byte && \
+	  ocamlc -custom unix.cma hello_byte.ml -o ../hello_byte.custom
+
+fixtures: $(FIXTURES) $(BUILD)/fixtures/hello_byte.byte
 
 $(BUILD)/tests/unit_%: tests/unit_%.c $(USER_OBJS)
 	@mkdir -p $(@D)

@@ -2,12 +2,15 @@
  * and values, counters, constants.  One source of truth: no struct here is
  * declared anywhere else.  Units are in the field names (_words, _bytes, _ns).
  *
- * Included by BPF code (after vmlinux.h) and by user space (after <stdint.h>
- * through ch_types.h), so it only uses the __u8/__u16/__u32/__u64 types that
- * both sides have.
+ * Included by BPF code (after vmlinux.h) and by user space, so it only uses
+ * the __u8/__u16/__u32/__u64 types that both sides have.
  */
 #ifndef CAMLHEAP_H
 #define CAMLHEAP_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
 
 /* Stacks are walked with bpf_loop up to this many frames (array size).  The
  * runtime-configurable depth (rodata max_frames) is at most this.  Real

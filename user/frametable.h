@@ -41,7 +41,7 @@ struct frametable {
 	size_t count;
 	size_t num_tables;          /* per-module tables seen */
 	size_t num_return_to_c;     /* 0xFFFF descriptors */
-	size_t num_with_allocs;
+	size_t num_with_allocs;     /* frame_size & 2: allocation points, and poll points (num_allocs 0) */
 	size_t num_with_debuginfo;
 	const struct elf_image *img; /* borrowed; must outlive the table */
 };
@@ -72,7 +72,9 @@ unsigned frametable_alloc_whsize(const struct frametable *ft, const struct frame
 
 /* Decode the debuginfo of `d` for allocation `alloc_idx` (use 0 for a call
  * site or a single allocation) into `locs`, innermost first, at most `max`
- * entries.  Returns the number of locations (0 when the descriptor has no
+ * entries.  A Comballoc index whose slot is empty or out of range falls
+ * back to the first sub-allocation with debuginfo, as runtime backtraces do
+ * (4.13.1 backtrace_nat.c:137-143, 190-196).  Returns the number of locations (0 when the descriptor has no
  * debuginfo), or -EINVAL if the encoding points outside the image. */
 int frametable_locations(const struct frametable *ft, const struct frame_descr *d, unsigned alloc_idx,
 			 struct ocaml_location *locs, int max);

@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: GPL-2.0
+/* alloc.bpf.c -- sample the OCaml 4.13/4.14 runtime's direct major, custom
+ * (out-of-heap) and unmarshalled allocations, read-only.
+ *
+ * Probes (entry uprobes; the first instruction of each is a push, which the
+ * kernel emulates: ~1 us a hit instead of ~29 us single-stepped,
+ * feasibility-4.13.md §2.2):
+ *   caml_memprof_track_alloc_shr(value block)       4.13.1 runtime/memprof.c:766
+ *   caml_memprof_track_custom(value block, mlsize_t bytes)            :775
+ *   caml_memprof_track_interned(header_t *block, header_t *blockend)  :975
+ * The runtime calls them for every such allocation whether or not Gc.Memprof
+ * runs (they return early when lambda == 0), and never for promotions.
+ *
+ * Sampling is Gc.Memprof's: every word is sampled with probability lambda;
+ * a block of len words gets rand_binom(len) samples, computed exactly as
+ * memprof.c's rand_binom does with one shared `next_rand_geom` countdown per
+ * process.  Geometric draws come from a pool filled by user space (BPF has no
+ * floating point), indexed at random; the pool is stratified so that its
+ * empirical law matches the geometric law (see user/sampler.c).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "camlheap.h"
+#include "unwind.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Ring-buffer bytes pending before the reader is woken: waking per record
+ * costs ~13.6 us a hit, batching ~2.4 us (feasibility-4.13.md §2.1); user
+ * space also drains on a timer. */
+const volatile __u64 wakeup_bytes = 256 * 1024;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32); /* tgid */
+	__type(value, struct ch_proc);
+} procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CH_GEOM_POOL_SIZE);
+	__type(key, __u32);
+	__type(value, __u64); /* geometric draw, words, >= 1 */
+} geom_pool SEC(".maps");
+
+/* Stack ids whose frames user space has been sent.  LRU: an evicted id is
+ * simply sent again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u8);
+} stacks_sent SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ch_sample_event);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CH_CNT__COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 * 1024 * 1024);
+} events SEC(".maps");
+
+static __always_inline void count(__u32 which, __u64 n)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &which);
+
+	if (c)
+		*c += n;
+}
+
+static __always_inline __u64 geom_draw(void)
+{
+	__u32 i = bpf_get_prandom_u32() & (CH_GEOM_POOL_SIZE - 1);
+	__u64 *g = bpf_map_lookup_elem(&geom_pool, &i);
+
+	return g && *g ? *g : 1;
+}
+
+struct binom_state {
+	__s64 next;
+	__s64 len;
+};
+
+static long binom_step(__u32 i, void *data)
+{
+	struct binom_state *b = data;
+
+	if (b->next >= b->len)
+		return 1;
+	b->next += geom_draw();
+	return 0;
+}
+
+/* memprof.c rand_binom(len): for (res = 0; next_rand_geom < len; res++)
+ * next_rand_geom += rand_geom(); next_rand_geom -= len.  The draw count is
+ * bpf_loop's iteration count (the last, breaking, iteration draws nothing),
+ * so the verifier tracks no counter.  bpf_loop caps the samples of one
+ * block at 2^23 (a 2^23/lambda-word block); the countdown then restarts at
+ * the block's end, so nothing after it is biased. */
+static __always_inline __u32 sample_words(struct ch_proc *p, __u64 len)
+{
+	struct binom_state b = { .next = p->next_sample_words, .len = (__s64)len };
+	long n = 0;
+
+	if (b.next < b.len) {
+		n = bpf_loop(1 << 23, binom_step, &b, 0);
+		if (n > 0 && b.next >= b.len)
+			n--;
+		else
+			b.next = b.len;
+	}
+	p->next_sample_words = b.next - b.len;
+	return n > 0 ? (__u32)n : 0;
+}
+
+static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 block, __u64 words, __u32 n)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 zero = 0;
+	__u8 one = 1;
+	struct ch_sample_event *ev = bpf_map_lookup_elem(&scratch, &zero);
+	__u64 caml_state = 0;
+	__u64 size, nf, flags;
+
+	if (!ev)
+		return;
+	ev->time_ns = bpf_ktime_get_ns();
+	ev->block_addr = block;
+	ev->size_words = words;
+	ev->tgid = id >> 32;
+	ev->tid = (__u32)id;
+	ev->nsamples = n;
+	ev->kind = kind;
+
+	if (bpf_probe_read_user(&caml_state, sizeof(caml_state), (void *)(p->caml_state_sym + p->load_bias)) ||
+	    !caml_state) {
+		count(CH_CNT_BAD_STATE, 1);
+		ev->nframes = 0;
+		ev->term = CH_TERM_READ_ERROR;
+		ev->stack_id = CH_TERM_READ_ERROR;
+	} else {
+		unwind_ocaml4(ev, caml_state, p->load_bias);
+	}
+
+	ev->has_frames = bpf_map_update_elem(&stacks_sent, &ev->stack_id, &one, BPF_NOEXIST) == 0;
+	nf = ev->has_frames ? ev->nframes : 0;
+	if (nf > CH_MAX_FRAMES)
+		nf = CH_MAX_FRAMES;
+	size = CH_EVENT_HEADER_BYTES + nf * sizeof(__u64);
+	flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+										       : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&events, ev, size, flags)) {
+		count(CH_CNT_DROPPED, 1);
+		count(CH_CNT_DROPPED_SAMPLES, n);
+		if (ev->has_frames) /* user space never saw these frames: send them next time */
+			bpf_map_delete_elem(&stacks_sent, &ev->stack_id);
+		return;
+	}
+	count(CH_CNT_EVENTS, 1);
+	count(CH_CNT_SAMPLES, n);
+	if (ev->has_frames)
+		count(CH_CNT_NEW_STACKS, 1);
+}
+
+static __always_inline struct ch_proc *current_proc(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	return bpf_map_lookup_elem(&procs, &tgid);
+}
+
+static __always_inline void on_words(__u8 kind, __u64 block, __u64 words)
+{
+	struct ch_proc *p = current_proc();
+	__u32 n;
+
+	if (!p) /* another process mapping the same binary, e.g. a fork child */
+		return;
+	count(CH_CNT_HITS_MAJOR + kind - CH_KIND_MAJOR, 1);
+	count(CH_CNT_WORDS_MAJOR + kind - CH_KIND_MAJOR, words);
+	n = sample_words(p, words);
+	if (n)
+		emit_sample(p, kind, block, words, n);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(on_track_alloc_shr, __u64 block)
+{
+	__u64 hd = 0;
+
+	/* Whsize_val(block): the header word precedes the block; wosize is
+	 * hd >> 10 (runtime/caml/mlvalues.h). */
+	if (bpf_probe_read_user(&hd, sizeof(hd), (void *)(block - 8)))
+		return 0;
+	on_words(CH_KIND_MAJOR, block, (hd >> 10) + 1);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(on_track_custom, __u64 block, __u64 bytes)
+{
+	/* memprof samples Wsize_bsize(bytes) words of out-of-heap memory. */
+	on_words(CH_KIND_CUSTOM, block, bytes / 8);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(on_track_interned, __u64 block_hp, __u64 blockend_hp)
+{
+	if (blockend_hp <= block_hp)
+		return 0;
+	/* The whole unmarshalled region, headers included, as one site; the
+	 * first block's value pointer is Val_hp(block) = block + 8. */
+	on_words(CH_KIND_UNMARSHAL, block_hp + 8, (blockend_hp - block_hp) / 8);
+	return 0;
+}

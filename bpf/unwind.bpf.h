@@ -1,0 +1,129 @@
+/* unwind.bpf.h -- the OCaml 4.x native stack walk, in the kernel.
+ *
+ * It is the runtime's own walk, caml_next_frame_descriptor (4.13.1
+ * runtime/backtrace_nat.c:34): start at Caml_state->last_return_address /
+ * bottom_of_stack (set by caml_c_call and caml_call_gc, so valid at every
+ * runtime function reached from OCaml code); for each return address look
+ * up its frame descriptor, then
+ *   regular frame:  sp += frame_size & ~3;  pc = *(sp - 8)
+ *   0xFFFF frame:   the C->OCaml callback boundary; struct caml_context at
+ *                   sp + 16 gives the next chunk's {bottom_of_stack, last_retaddr};
+ *                   a NULL bottom_of_stack ends the walk (clean).
+ * No frame pointers and no DWARF CFI are needed.  Frame sizes come from the
+ * `frametable` map that user space fills from the executable's
+ * caml_frametable, keyed by link-time return address (pc - load_bias), so one
+ * table serves every process of the binary.
+ *
+ * The walk never guesses: an address without a descriptor ends it
+ * (CH_TERM_UNKNOWN_PC) and is not recorded.
+ */
+#ifndef CH_UNWIND_BPF_H
+#define CH_UNWIND_BPF_H
+
+#include "camlheap.h"
+
+/* Walk depth, at most CH_MAX_FRAMES; set by user space before load. */
+const volatile __u32 max_frames = CH_DEFAULT_FRAMES;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* resized to the descriptor count before load */
+	__type(key, struct ch_frame_key);
+	__type(value, struct ch_frame_val);
+} frametable SEC(".maps");
+
+struct ocaml_walk {
+	struct ch_sample_event *ev;
+	__u64 sp;
+	__u64 pc;
+	__u64 bias;
+	__u64 hash;
+	__u32 nframes;
+	__u32 term;
+};
+
+/* FNV-1a style mixing of 64-bit words; the id only has to separate distinct
+ * stacks (a collision merges two stacks' counts, at odds of ~n^2/2^64). */
+static __always_inline __u64 unwind_mix(__u64 h, __u64 v)
+{
+	h ^= v;
+	h *= 0x100000001b3ULL;
+	h ^= h >> 29;
+	return h;
+}
+
+static long unwind_step(__u32 i, void *data)
+{
+	struct ocaml_walk *u = data;
+	struct ch_frame_key key = { .retaddr = u->pc - u->bias };
+	struct ch_frame_val *d;
+	__u32 idx = i;
+
+	/* Keep the compiler from indexing with a copy of i that the verifier
+	 * has no bound for. */
+	asm volatile("" : "+r"(idx));
+	idx &= CH_MAX_FRAMES - 1;
+	if (i >= CH_MAX_FRAMES)
+		return 1;
+	d = bpf_map_lookup_elem(&frametable, &key);
+	if (!d) {
+		u->term = CH_TERM_UNKNOWN_PC;
+		return 1;
+	}
+	u->ev->frames[idx] = u->pc;
+	u->nframes = i + 1;
+	u->hash = unwind_mix(u->hash, u->pc);
+
+	if (d->frame_size != CH_FRAME_RETURN_TO_C) {
+		u->sp += d->frame_size & 0xFFFC;
+		if (bpf_probe_read_user(&u->pc, sizeof(u->pc), (void *)(u->sp - 8))) {
+			u->term = CH_TERM_READ_ERROR;
+			return 1;
+		}
+		return 0;
+	}
+	/* Callback boundary: continue in the OCaml chunk that called into C. */
+	__u64 link[2];
+	if (bpf_probe_read_user(link, sizeof(link), (void *)(u->sp + CH_OCAML4_CALLBACK_LINK))) {
+		u->term = CH_TERM_READ_ERROR;
+		return 1;
+	}
+	u->sp = link[0];
+	u->pc = link[1];
+	if (u->sp == 0) {
+		u->term = CH_TERM_CLEAN;
+		return 1;
+	}
+	return 0;
+}
+
+/* Walk the current OCaml stack of the thread that hit the probe into
+ * ev->frames (runtime addresses, leaf first).  Sets ev->nframes, ev->term
+ * and ev->stack_id.  `caml_state` is the runtime address of the
+ * caml_domain_state. */
+static __always_inline void unwind_ocaml4(struct ch_sample_event *ev, __u64 caml_state, __u64 bias)
+{
+	struct ocaml_walk u = {
+		.ev = ev,
+		.bias = bias,
+		.hash = 0xcbf29ce484222325ULL,
+		.term = CH_TERM_DEPTH,
+	};
+	__u64 regs[2]; /* bottom_of_stack, last_return_address: adjacent fields */
+	__u32 depth = max_frames;
+
+	if (bpf_probe_read_user(regs, sizeof(regs), (void *)(caml_state + CH_OCAML4_BOTTOM_OF_STACK))) {
+		u.term = CH_TERM_READ_ERROR;
+	} else {
+		u.sp = regs[0];
+		u.pc = regs[1];
+		if (depth > CH_MAX_FRAMES)
+			depth = CH_MAX_FRAMES;
+		bpf_loop(depth, unwind_step, &u, 0);
+	}
+	ev->nframes = u.nframes;
+	ev->term = u.term;
+	ev->stack_id = unwind_mix(unwind_mix(u.hash, u.nframes), u.term);
+}
+
+#endif

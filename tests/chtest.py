@@ -1,0 +1,217 @@
+"""Helpers shared by camlheap's end-to-end tests: run fixtures and camlheap
+for real (BPF programs loaded, uprobes attached to real OCaml processes),
+parse TRUTH lines and reports, and judge sample counts against the sampling
+variance.
+
+Statistics: each allocated word is sampled independently with probability
+lambda, so the samples at a site that allocated W words are Binomial(W,
+lambda): mean lambda*W, variance lambda*W*(1-lambda).  A check passes when the
+observed count lies within Z standard deviations of the mean.  Z = 4.5 gives a
+two-sided false-alarm probability of 6.8e-6 per check; with fewer than 150
+such checks in a full `make test`, a correct sampler fails a run with
+probability below 1e-3 (Bonferroni).  Nothing is tuned to the observed data.
+"""
+import math
+import os
+import re
+import select
+import signal
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build")
+CAMLHEAP = os.path.join(BUILD, "camlheap")
+FIXTURES = os.path.join(BUILD, "fixtures")
+FIXTURE_SRC = os.path.join(ROOT, "tests", "fixtures")
+
+Z = 4.5
+
+
+class Skip(Exception):
+    """Raised by a test whose precondition is missing (reported, not failed)."""
+
+
+def fixture(name):
+    return os.path.join(FIXTURES, name)
+
+
+def tmpdir():
+    return tempfile.mkdtemp(prefix="camlheap-test-")
+
+
+def parse_truth(stdout):
+    """{site: (kind, words)} from 'TRUTH kind site words' lines."""
+    out = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^TRUTH (\w+) (\S+) (\d+)$", line)
+        if m:
+            out[m.group(2)] = (m.group(1), int(m.group(3)))
+    return out
+
+
+def site_lines(site):
+    """Source line numbers of the '(* SITE:name *)' markers for Module.name."""
+    mod, fn = site.split(".", 1)
+    path = os.path.join(FIXTURE_SRC, mod[0].lower() + mod[1:] + ".ml")
+    lines = []
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            if "(* SITE:%s *)" % fn in line:
+                lines.append(i)
+    return lines
+
+
+class Report:
+    """A parsed text report."""
+
+    def __init__(self, text):
+        self.text = text
+        self.lines = text.splitlines()
+        self.header = {}
+        self.sites = []
+        cur = None
+        for line in self.lines:
+            m = re.match(r"^(\w+)\s{2,}(.*)$", line)
+            if m and cur is None and not line.startswith("#"):
+                self.header[m.group(1)] = m.group(2)
+                continue
+            m = re.match(r"^#(\d+)\s+(\w+)\s+(.+?)\s+\[95% CI (.+?) \.\. (.+?)\]\s+(\d+) samples", line)
+            if m:
+                cur = {"kind": m.group(2), "samples": int(m.group(6)), "frames": [], "end": None}
+                self.sites.append(cur)
+                continue
+            if cur is not None and line.startswith("      "):
+                fr = line.strip()
+                me = re.match(r"^\[stack walk ended: (.+)\]$", fr)
+                if me:
+                    cur["end"] = me.group(1)
+                    continue
+                mf = re.match(r"^(\S+)(?: \((.*?)(?::(\d+))?\))?( \[inlined\])?$", fr)
+                if mf:
+                    cur["frames"].append({"function": mf.group(1), "file": mf.group(2),
+                                          "line": int(mf.group(3)) if mf.group(3) else None,
+                                          "inlined": bool(mf.group(4))})
+                else:
+                    cur["frames"].append({"function": fr, "file": None, "line": None, "inlined": False})
+
+    def first_line(self):
+        return self.lines[0] if self.lines else ""
+
+    def samples_total(self):
+        m = re.match(r"^(\d+) in (\d+) sampled blocks; dropped events (\d+)", self.header.get("samples", ""))
+        return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+    def walks(self):
+        w = self.header.get("stacks", "")
+        out = {}
+        for k in ("clean", "unknown pc", "read error", "depth limit"):
+            m = re.search(k + r" (\d+)", w)
+            out[k] = int(m.group(1)) if m else None
+        return out
+
+    def observed_words(self, kind):
+        m = re.search(kind + r" (\d+) words", self.header.get("observed", ""))
+        return int(m.group(1)) if m else None
+
+    def sites_at(self, function, kind=None):
+        """Sites whose innermost frame in `function`'s module is `function`
+        (stdlib wrappers such as Stdlib.Marshal.from_string sit below it)."""
+        mod = function.split(".", 1)[0] + "."
+        out = []
+        for s in self.sites:
+            if kind is not None and s["kind"] != kind:
+                continue
+            own = [f for f in s["frames"] if f["function"].startswith(mod)]
+            if own and own[0]["function"] == function:
+                out.append(s)
+        return out
+
+    def samples_at(self, function, kind=None):
+        return sum(s["samples"] for s in self.sites_at(function, kind))
+
+
+def check_binomial(samples, words, rate, what):
+    mean = rate * words
+    sd = math.sqrt(words * rate * (1 - rate))
+    if sd == 0:
+        assert samples == 0, "%s: %d samples where none are possible" % (what, samples)
+        return
+    z = (samples - mean) / sd
+    assert abs(z) <= Z, "%s: %d samples, expected %.1f +- %.1f (z = %.2f, limit %.1f)" % (
+        what, samples, mean, sd, z, Z)
+
+
+def run_record(args, cmd, timeout=300, stdin=None, env=None):
+    """camlheap record ARGS -- CMD; returns (returncode, stdout, stderr)."""
+    p = subprocess.run([CAMLHEAP, "record"] + args + ["--"] + cmd, stdin=stdin or subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, env=env)
+    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+def record_launch(cmd, rate, extra=(), timeout=300):
+    """Launch-mode recording to a text report; returns (rc, fixture stdout, Report, stderr)."""
+    d = tmpdir()
+    out = os.path.join(d, "report.txt")
+    rc, so, se = run_record(["--rate", repr(rate), "--top", "100000", "-o", out] + list(extra), cmd,
+                            timeout=timeout)
+    text = open(out).read() if os.path.exists(out) else ""
+    return rc, so, Report(text), se
+
+
+class Waiting:
+    """A fixture started with --wait: READY printed, blocked on stdin."""
+
+    def __init__(self, name, args=(), stdout_file=None):
+        self.proc = subprocess.Popen([fixture(name), "--wait"] + list(args), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        line = self.proc.stdout.readline().decode()
+        m = re.match(r"^READY (\d+)$", line.strip())
+        assert m, "fixture %s did not print READY: %r" % (name, line)
+        self.pid = int(m.group(1))
+
+    def release(self):
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.flush()
+        self.proc.stdin.close()
+        self.proc.stdin = None
+
+    def finish(self, timeout=120):
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out.decode(), err.decode()
+
+
+class Recorder:
+    """camlheap record -p PID in the background; waits until probes are attached."""
+
+    def __init__(self, pid, rate, extra=(), out=None):
+        self.dir = tmpdir()
+        self.out = out or os.path.join(self.dir, "report.txt")
+        self.proc = subprocess.Popen([CAMLHEAP, "record", "-p", str(pid), "--rate", repr(rate), "--top", "100000",
+                                      "-o", self.out] + list(extra),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.stderr = b""
+
+    def wait_attached(self, timeout=60):
+        deadline = time.time() + timeout
+        fd = self.proc.stderr.fileno()
+        while b"probes attached" not in self.stderr:
+            left = deadline - time.time()
+            assert left > 0, "camlheap did not attach: %r" % self.stderr
+            r, _, _ = select.select([fd], [], [], left)
+            if r:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    raise AssertionError("camlheap exited before attaching (rc %s): %s" % (
+                        self.proc.wait(), self.stderr.decode(errors="replace")))
+                self.stderr += chunk
+
+    def finish(self, timeout=120):
+        out, err = self.proc.communicate(timeout=timeout)
+        self.stderr += err
+        text = open(self.out).read() if os.path.exists(self.out) else ""
+        return self.proc.returncode, Report(text), self.stderr.decode(errors="replace")
+
+    def stop(self, sig=signal.SIGINT):
+        self.proc.send_signal(sig)

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""camlheap test runner: the C unit-test programs in build/tests/ (each prints
+'PASS name' / 'FAIL name: why' lines) and the end-to-end tests, the test_*
+functions of tests/test_*.py.  Last line: 'N passed, N failed[, N skipped]'.
+
+Usage: python3 tests/run_tests.py [SUBSTRING...]   (run only matching tests)
+"""
+import glob
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import chtest  # noqa: E402
+
+passed = failed = skipped = 0
+failures = []
+
+
+def selected(name, filters):
+    return not filters or any(f in name for f in filters)
+
+
+def report(ok, name, detail="", secs=None):
+    global passed, failed
+    t = " (%.1fs)" % secs if secs is not None else ""
+    if ok:
+        passed += 1
+        print("PASS %s%s" % (name, t), flush=True)
+    else:
+        failed += 1
+        failures.append(name)
+        print("FAIL %s%s: %s" % (name, t, detail), flush=True)
+
+
+def run_units(filters):
+    for exe in sorted(glob.glob(os.path.join(chtest.BUILD, "tests", "unit_*"))):
+        base = os.path.basename(exe)
+        if not selected(base, filters):
+            continue
+        p = subprocess.run([exe], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600, cwd=chtest.ROOT)
+        out = p.stdout.decode(errors="replace")
+        seen = 0
+        for line in out.splitlines():
+            if line.startswith("PASS "):
+                seen += 1
+                report(True, "%s: %s" % (base, line[5:]))
+            elif line.startswith("FAIL "):
+                seen += 1
+                report(False, "%s: %s" % (base, line[5:].split(":", 1)[0]), line[5:])
+        if p.returncode != 0 and not any(l.startswith("FAIL ") for l in out.splitlines()):
+            report(False, base, "exit status %d with no FAIL line:\n%s" % (p.returncode, out[-2000:]))
+        if seen == 0 and p.returncode == 0:
+            report(False, base, "ran no check")
+
+
+def run_modules(filters):
+    global skipped
+    for path in sorted(glob.glob(os.path.join(HERE, "test_*.py"))):
+        modname = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(modname, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        for name in sorted(n for n in dir(mod) if n.startswith("test_")):
+            full = "%s.%s" % (modname, name)
+            if not selected(full, filters):
+                continue
+            t0 = time.time()
+            try:
+                getattr(mod, name)()
+            except chtest.Skip as e:
+                skipped += 1
+                print("SKIP %s: %s" % (full, e), flush=True)
+                continue
+            except AssertionError as e:
+                report(False, full, str(e), time.time() - t0)
+                continue
+            except Exception:
+                report(False, full, traceback.format_exc(), time.time() - t0)
+                continue
+            report(True, full, secs=time.time() - t0)
+
+
+def main():
+    filters = sys.argv[1:]
+    if os.geteuid() != 0:
+        print("warning: the end-to-end tests load BPF programs and need root", flush=True)
+    run_units(filters)
+    run_modules(filters)
+    if failures:
+        print("\nfailed:\n  " + "\n  ".join(failures))
+    print("%d passed, %d failed%s" % (passed, failed, ", %d skipped" % skipped if skipped else ""))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

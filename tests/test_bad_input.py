@@ -1,0 +1,139 @@
+"""Every bad input gets a clear message, a non-zero status, and loses nothing."""
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+import chtest
+from chtest import CAMLHEAP, fixture, tmpdir
+
+
+def _camlheap(args, **kw):
+    p = subprocess.run([CAMLHEAP] + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=60, **kw)
+    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+def _free_pid():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid  # reaped: no such process until the kernel wraps around
+
+
+def _with_process(argv, fn):
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        if "--wait" in argv or argv[0].endswith(".byte"):
+            p.stdout.readline()  # READY: the program is running its own code
+        else:
+            time.sleep(0.2)  # exec done; the test only inspects the executable
+        return fn(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_pid_does_not_exist():
+    pid = _free_pid()
+    rc, out, err = _camlheap(["record", "-p", str(pid)])
+    assert rc == 2 and "no process with PID %d" % pid in err, (rc, err)
+
+
+def test_thread_id_is_not_a_pid():
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        rc, out, err = _camlheap(["record", "-p", str(t.native_id)])
+    finally:
+        stop.set()
+        t.join()
+    assert rc == 2 and "is not a process ID" in err, (rc, err)
+
+
+def test_c_program_is_not_ocaml():
+    rc, out, err = _with_process(["sleep", "60"], lambda pid: _camlheap(["record", "-p", str(pid)]))
+    assert rc == 2 and "is not a native OCaml program" in err, (rc, err)
+
+
+def test_bytecode_program_is_refused():
+    byte = fixture("hello_byte.byte")
+    rc, out, err = _with_process([byte, "--wait"], lambda pid: _camlheap(["record", "-p", str(pid)]))
+    assert rc == 2 and "bytecode" in err and "ocamlopt" in err, (rc, err)
+
+
+def test_custom_bytecode_executable_is_refused():
+    byte = fixture("hello_byte.custom")
+    rc, out, err = _with_process([byte, "--wait"], lambda pid: _camlheap(["record", "-p", str(pid)]))
+    assert rc == 2 and "bytecode" in err, (rc, err)
+
+
+def test_unsupported_runtime_version():
+    d = tmpdir()
+    exe = os.path.join(d, "alloc_major_4_09")
+    data = open(fixture("alloc_major"), "rb").read()
+    assert data.count(b"\x004.13.1\x00") >= 1, "fixture lacks its version string"
+    open(exe, "wb").write(data.replace(b"\x004.13.1\x00", b"\x004.09.1\x00"))
+    os.chmod(exe, 0o755)
+    rc, out, err = _camlheap(["record", "--", exe, "n=1"])
+    assert rc == 2 and "OCaml 4.09.1 runtime" in err and "supported: 4.13, 4.14" in err, (rc, err)
+    assert "the command was not run" in err and "TRUTH" not in out, (out, err)
+
+
+def test_missing_runtime_symbols():
+    d = tmpdir()
+    src = os.path.join(d, "fake.c")
+    exe = os.path.join(d, "fake_ocaml")
+    # looks native OCaml (frame table, start symbol), lacks the probed runtime
+    open(src, "w").write('#include <unistd.h>\nvoid *caml_frametable[1];\n'
+                         'void caml_start_program(void) {}\nint main(void) { pause(); return 0; }\n')
+    subprocess.run(["gcc", "-rdynamic", "-o", exe, src], check=True)
+    rc, out, err = _with_process([exe], lambda pid: _camlheap(["record", "-p", str(pid)]))
+    assert rc == 2 and "lacks runtime symbols" in err and "caml_memprof_track_alloc_shr" in err, (rc, err)
+
+
+def test_missing_privileges():
+    if os.geteuid() != 0:
+        raise chtest.Skip("needs root to drop to an unprivileged user")
+    rc, out, err = _camlheap(["record", "--", fixture("exit_code")],
+                             preexec_fn=lambda: (os.setgroups([]), os.setgid(65534), os.setuid(65534)))
+    assert rc == 2 and "missing privileges" in err and "CAP_BPF" in err and "CAP_PERFMON" in err, (rc, err)
+
+
+def test_command_not_found():
+    rc, out, err = _camlheap(["record", "--", "/nonexistent/program"])
+    assert rc == 127 and "cannot run /nonexistent/program" in err, (rc, err)
+
+
+def test_launched_non_ocaml_command_is_not_run():
+    d = tmpdir()
+    marker = os.path.join(d, "ran")
+    rc, out, err = _camlheap(["record", "--", "/bin/touch", marker])
+    assert rc == 2 and "is not a native OCaml program" in err, (rc, err)
+    assert not os.path.exists(marker), "the refused command ran anyway"
+
+
+def test_bad_options():
+    for args, what in ((["--rate", "0"], "invalid rate"), (["--rate", "2"], "invalid rate"),
+                       (["--format", "xml"], "unknown format"), (["-p", "abc"], "invalid PID"),
+                       ([], "nothing to profile"), (["--max-depth", "5000"], "invalid --max-depth")):
+        rc, out, err = _camlheap(["record"] + args + (["-p", "1"] if args and args[0] != "-p" else []))
+        assert rc == 2 and what in err, (args, rc, err)
+
+
+def test_output_file_kept_on_failure():
+    d = tmpdir()
+    out = os.path.join(d, "report.txt")
+    open(out, "w").write("previous report\n")
+    rc, _, err = _camlheap(["record", "-p", str(_free_pid()), "-o", out])
+    assert rc == 2, err
+    assert open(out).read() == "previous report\n"
+    assert os.listdir(d) == ["report.txt"], os.listdir(d)
+
+
+def test_unwritable_output_fails_before_running():
+    # checked first, so neither a recording nor a run of the command is wasted
+    rc, out, err = _camlheap(["record", "-o", "/nonexistent-dir/report.txt", "--", fixture("exit_code")])
+    assert rc == 2 and "cannot write the report to /nonexistent-dir/report.txt" in err, (rc, err)
+    assert "TRUTH" not in out, out

@@ -1,0 +1,155 @@
+"""Process lifecycle: exit status pass-through, target exit mid-run, duration,
+signals, two recordings at once, forks, and camlheap killed with -9."""
+import ctypes
+import os
+import random
+import re
+import signal
+import subprocess
+import time
+
+import chtest
+from chtest import CAMLHEAP, Recorder, Waiting, check_binomial, fixture, record_launch, tmpdir
+
+
+def test_exit_status_and_output_pass_through():
+    plain = subprocess.run([fixture("exit_code")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    rc, out, rep, err = record_launch([fixture("exit_code")], 1e-3)
+    assert plain.returncode == 3, "fixture should exit 3"
+    assert rc == 3, (rc, err)
+    assert out == plain.stdout.decode(), (out, plain.stdout)
+    assert "target exited with status 3" in rep.header.get("duration", ""), rep.header
+
+
+def test_command_killed_by_signal():
+    d = tmpdir()
+    out = os.path.join(d, "r.txt")
+    p = subprocess.Popen([CAMLHEAP, "record", "-o", out, "--", fixture("idle")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    m = re.match(rb"READY (\d+)", p.stdout.readline())
+    assert m, "idle did not start"
+    os.kill(int(m.group(1)), signal.SIGKILL)
+    p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGKILL, p.returncode
+    rep = chtest.Report(open(out).read())
+    assert "killed by signal 9" in rep.header.get("duration", ""), rep.header
+
+
+def test_attach_pid_target_exits_mid_run():
+    rate = 1e-3
+    w = Waiting("alloc_major", ["n=3000"])
+    r = Recorder(w.pid, rate)
+    r.wait_attached()
+    w.release()
+    frc, fout, _ = w.finish()
+    rc, rep, err = r.finish()
+    assert frc == 0 and rc == 0, (frc, rc, err)
+    assert "target exited" in rep.header.get("duration", ""), rep.header
+    for site, (kind, words) in chtest.parse_truth(fout).items():
+        check_binomial(rep.samples_at(site, kind), words, rate, site)
+
+
+def test_duration_and_sigterm_leave_target_running():
+    w = Waiting("idle")
+    try:
+        r = Recorder(w.pid, 1e-3, extra=["--duration", "1"])
+        r.wait_attached()
+        rc, rep, err = r.finish(timeout=30)
+        assert rc == 0 and "duration elapsed" in rep.header.get("duration", ""), (rc, err, rep.header)
+        assert w.proc.poll() is None, "target died"
+        r = Recorder(w.pid, 1e-3)
+        r.wait_attached()
+        r.stop(signal.SIGTERM)
+        rc, rep, err = r.finish(timeout=30)
+        assert rc == 0 and "stopped by SIGTERM" in rep.header.get("duration", ""), (rc, err, rep.header)
+        time.sleep(0.2)
+        assert w.proc.poll() is None, "target died after camlheap stopped"
+    finally:
+        w.proc.kill()
+        w.proc.wait()
+
+
+def test_two_recordings_same_binary_see_only_their_process():
+    rate = 1e-3
+    wa = Waiting("alloc_major", ["only-a", "n=3000"])
+    wb = Waiting("alloc_major", ["only-b", "n=6000"])
+    ra = Recorder(wa.pid, rate)
+    rb = Recorder(wb.pid, rate)
+    ra.wait_attached()
+    rb.wait_attached()
+    wa.release()
+    wb.release()
+    outs = [wa.finish(), wb.finish()]
+    reps = [ra.finish(), rb.finish()]
+    for (frc, fout, _), (rc, rep, err), mine, other in zip(outs, reps, ("site_a", "site_b"), ("site_b", "site_a")):
+        assert frc == 0 and rc == 0, err
+        truth = chtest.parse_truth(fout)
+        check_binomial(rep.samples_at("Alloc_major." + mine, "major"), truth["Alloc_major." + mine][1], rate, mine)
+        assert rep.samples_at("Alloc_major." + other) == 0, "saw the other process's %s" % other
+
+
+def test_fork_child_is_never_probed():
+    rate = 1e-3
+    rc, out, rep, err = record_launch([fixture("forker")], rate)
+    assert rc == 0, err
+    assert "CHILD 0" in out, out
+    truth = chtest.parse_truth(out)
+    check_binomial(rep.samples_at("Forker.parent_site", "major"), truth["Forker.parent_site"][1], rate, "parent")
+    assert rep.samples_at("Forker.child_site") == 0, "the fork child was sampled"
+
+
+def _reference_run(args):
+    p = subprocess.run([fixture("alloc_major")] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_kill9_attached_never_harms_target():
+    ref = _reference_run(["n=4000"])
+    rnd = random.Random(int.from_bytes(os.urandom(8), "little"))
+    for i in range(8):
+        w = Waiting("alloc_major", ["n=4000"])
+        r = Recorder(w.pid, 1e-3)
+        r.wait_attached()
+        w.release()
+        time.sleep(rnd.uniform(0, 0.6))  # a random moment of the run, maybe after it
+        r.proc.kill()
+        r.proc.wait()
+        rc, out, err = w.finish()
+        got = (rc, out.encode()[len(b""):], err.encode())
+        assert got == ref, "run %d: target changed: %r vs %r" % (i, got[:2], ref[:2])
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def test_kill9_launch_mode_never_harms_command():
+    # Become a subreaper so the command, orphaned when camlheap dies, is
+    # reparented to us and its exit status can be read.
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    ref = _reference_run(["n=4000"])
+    rnd = random.Random(int.from_bytes(os.urandom(8), "little"))
+    d = tmpdir()
+    try:
+        for i in range(6):
+            outp = os.path.join(d, "out%d" % i)
+            with open(outp, "wb") as fo:
+                p = subprocess.Popen([CAMLHEAP, "record", "-o", os.path.join(d, "r%d" % i), "--",
+                                      fixture("alloc_major"), "n=4000"], stdout=fo, stderr=subprocess.DEVNULL)
+            time.sleep(rnd.uniform(0, 0.8))  # during set-up, attach or the run
+            p.kill()
+            p.wait()
+            # reap whatever was orphaned: the command's status
+            status = None
+            while True:
+                try:
+                    pid, st = os.waitpid(-1, 0)
+                except ChildProcessError:
+                    break
+                status = os.waitstatus_to_exitcode(st)
+            if status is None:  # killed before it forked the command
+                continue
+            assert status == ref[0], "run %d: command status %s" % (i, status)
+            assert open(outp, "rb").read() == ref[1], "run %d: command output changed" % i
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)

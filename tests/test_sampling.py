@@ -1,0 +1,57 @@
+"""Per-site estimates against the fixtures' true allocation volumes, with
+tolerances from the binomial variance (see chtest.py)."""
+import chtest
+from chtest import check_binomial, record_launch, fixture
+
+
+def _major(rate, n):
+    rc, out, rep, err = record_launch([fixture("alloc_major"), "n=%d" % n], rate)
+    assert rc == 0, "camlheap exit %d: %s" % (rc, err)
+    truth = chtest.parse_truth(out)
+    assert set(truth) == {"Alloc_major.site_a", "Alloc_major.site_b"}, out
+    assert rep.first_line().startswith("camlheap: minor-heap allocations are not sampled"), rep.first_line()
+    for site, (kind, words) in truth.items():
+        check_binomial(rep.samples_at(site, "major"), words, rate, "%s at rate %g" % (site, rate))
+    # the probes saw at least every word the fixture allocated at its sites
+    observed = rep.observed_words("major")
+    total = sum(w for _, w in truth.values())
+    assert observed is not None and observed >= total, (observed, total)
+    assert rep.samples_total()[2] == 0, "dropped events: %s" % rep.header.get("samples")
+    return rep
+
+
+def test_major_sites_rate_1e3():
+    _major(1e-3, 7500)
+
+
+def test_major_sites_rate_1e4():
+    _major(1e-4, 7500)
+
+
+def test_major_sites_rate_1e5():
+    # 30 M words: about 300 samples, still a real test of unbiasedness
+    _major(1e-5, 7500)
+
+
+def test_custom_and_unmarshal_sites():
+    rate = 1e-3
+    rc, out, rep, err = record_launch([fixture("custom")], rate)
+    assert rc == 0, "camlheap exit %d: %s" % (rc, err)
+    truth = chtest.parse_truth(out)
+    assert truth, "no TRUTH lines: %r" % out
+    kinds = {"custom": "custom", "unmarshal": "unmarshal", "major": "major"}
+    seen = set()
+    for site, (kind, words) in truth.items():
+        seen.add(kind)
+        check_binomial(rep.samples_at(site, kinds[kind]), words, rate, "%s (%s)" % (site, kind))
+    assert {"custom", "unmarshal"} <= seen, truth
+
+
+def test_systhreads_sites():
+    rate = 1e-3
+    rc, out, rep, err = record_launch([fixture("threads")], rate)
+    assert rc == 0, "camlheap exit %d: %s" % (rc, err)
+    truth = chtest.parse_truth(out)
+    assert len(truth) >= 4, out
+    for site, (kind, words) in truth.items():
+        check_binomial(rep.samples_at(site, kind), words, rate, site)

@@ -1,0 +1,920 @@
+/* unit_parsers.c -- checks of elf_image, frametable and symbolize against
+ * real binaries.
+ *
+ *   unit_parsers [FIXTURE SOURCE.ml]
+ *
+ * Always: Debian's /usr/bin/ocamlopt.opt (4.13.1, stripped PIE, .dynsym
+ * only; override with $CAMLHEAP_OCAMLOPT).  With arguments: FIXTURE is an
+ * executable built with `ocamlopt -g` from SOURCE.ml, whose lines marked
+ * `(* SITE:<name> *)` state where an allocation site of the function
+ * ending in <name> is.
+ *
+ * Counts are never hard-coded: they are recomputed by a second, deliberately
+ * literal walk of the tables (the runtime's own next_frame_descr) and, when
+ * /work/shared/tools/ocaml_bininfo.py (or $CAMLHEAP_BININFO) is present,
+ * compared with that independent pyelftools reader.
+ *
+ * Prints "PASS <name>" or "FAIL <name>: <reason>" per check; exits 1 if any
+ * check failed.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "elf_image.h"
+#include "frametable.h"
+#include "symbolize.h"
+
+#define DEFAULT_OCAMLOPT "/usr/bin/ocamlopt.opt"
+#define DEFAULT_BININFO "/work/shared/tools/ocaml_bininfo.py"
+#define MAX_LOCS 32
+
+static int failures;
+
+static void check(bool ok, const char *name, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ok) {
+		printf("PASS %s\n", name);
+		return;
+	}
+	failures++;
+	printf("FAIL %s: ", name);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static bool is_marker(const char *name)
+{
+	return ends_with(name, "__code_begin") || ends_with(name, "__code_end") ||
+	       ends_with(name, ".code_begin") || ends_with(name, ".code_end");
+}
+
+static bool printable(const char *s)
+{
+	if (!s || !*s)
+		return false;
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
+			return false;
+	return true;
+}
+
+/* ---- independent walk --------------------------------------------------- */
+
+struct walk_counts {
+	size_t tables, descrs, ret_to_c, allocs, debuginfo;
+};
+
+/* The runtime's next_frame_descr (4.13.1 runtime/roots_nat.c:81-100)
+ * word for word, reading through elf_image_read only: no 0xFFFF special
+ * case (the runtime has none; the padding byte after that descriptor reads
+ * as num_allocs = 0), no de-duplication, no validation. */
+static int walk_literally(const struct elf_image *img, struct walk_counts *c)
+{
+	const struct elf_symbol *ft = elf_image_symbol(img, "caml_frametable");
+
+	memset(c, 0, sizeof(*c));
+	if (!ft)
+		return -ENOENT;
+	for (size_t i = 0;; i++) {
+		uint64_t tbl, d;
+		int64_t num;
+
+		if (elf_image_read_ptr(img, ft->vaddr + 8 * i, &tbl))
+			return -EINVAL;
+		if (!tbl)
+			return 0;
+		c->tables++;
+		if (elf_image_read(img, tbl, &num, 8))
+			return -EINVAL;
+		d = tbl + 8;
+		for (int64_t k = 0; k < num; k++) {
+			uint16_t fs, nl;
+			uint8_t na = 0;
+			uint64_t p;
+
+			if (elf_image_read(img, d + 8, &fs, 2) || elf_image_read(img, d + 10, &nl, 2))
+				return -EINVAL;
+			c->descrs++;
+			c->ret_to_c += fs == 0xFFFF;
+			p = d + 12 + 2 * (uint64_t)nl;
+			if (fs & 2) {
+				if (elf_image_read(img, p, &na, 1))
+					return -EINVAL;
+				p += na + 1;
+				if (fs != 0xFFFF)
+					c->allocs++;
+			}
+			if (fs & 1) {
+				p = (p + 3) & ~3ull;
+				p += 4 * (uint64_t)((fs & 2) ? na : 1);
+				if (fs != 0xFFFF)
+					c->debuginfo++;
+			}
+			d = (p + 7) & ~7ull;
+		}
+	}
+}
+
+/* Numbers from ocaml_bininfo.py's "frametable :" lines; false if the tool
+ * is absent or printed something else. */
+static bool bininfo_counts(const char *path, struct walk_counts *c)
+{
+	const char *tool = getenv("CAMLHEAP_BININFO");
+	char *cmd, line[1024];
+	bool got1 = false, got2 = false;
+	FILE *f;
+
+	if (!tool)
+		tool = DEFAULT_BININFO;
+	if (access(tool, R_OK) != 0 || access("/usr/bin/python3", X_OK) != 0)
+		return false;
+	if (asprintf(&cmd, "/usr/bin/python3 '%s' '%s' 2>/dev/null", tool, path) < 0)
+		return false;
+	f = popen(cmd, "r");
+	free(cmd);
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		const char *p;
+
+		if ((p = strstr(line, "frametable          :")) &&
+		    sscanf(p, "frametable          : %zu module tables, %zu descriptors (%zu return-to-C)",
+			   &c->tables, &c->descrs, &c->ret_to_c) == 3)
+			got1 = true;
+		if ((p = strstr(line, "alloc-descr=")) &&
+		    sscanf(p, "alloc-descr=%zu (alloc sites=%*u), with debuginfo=%zu", &c->allocs,
+			   &c->debuginfo) == 2)
+			got2 = true;
+	}
+	pclose(f);
+	return got1 && got2;
+}
+
+/* ---- instruction check -------------------------------------------------- */
+
+/* Length of an `ff /2` (call r/m64) instruction starting at b[0] == 0xff,
+ * or 0 if it is not one. */
+static int call_rm_len(const unsigned char *b)
+{
+	unsigned modrm = b[1], mod = modrm >> 6, rm = modrm & 7;
+	int len = 2;
+
+	if (b[0] != 0xff || ((modrm >> 3) & 7) != 2)
+		return 0;
+	if (mod == 3)
+		return len;
+	if (rm == 4) {
+		len++;
+		if (mod == 0 && (b[2] & 7) == 5)
+			len += 4;
+	} else if (mod == 0 && rm == 5) {
+		len += 4; /* rip-relative */
+	}
+	if (mod == 1)
+		len += 1;
+	else if (mod == 2)
+		len += 4;
+	return len;
+}
+
+/* A return address follows a call: e8 rel32, or ff /2 with an optional
+ * REX prefix.  Checks every decoding that would end exactly at retaddr. */
+static bool preceded_by_call(const struct elf_image *img, uint64_t retaddr)
+{
+	const unsigned char *b = elf_image_data(img, retaddr - 8, 8);
+
+	if (!b)
+		return false;
+	if (b[3] == 0xe8)
+		return true;
+	for (int k = 2; k <= 8; k++) {
+		const unsigned char *i = b + 8 - k;
+
+		if (call_rm_len(i) == k)
+			return true;
+		if (k >= 3 && (i[0] & 0xf0) == 0x40 && call_rm_len(i + 1) == k - 1)
+			return true;
+	}
+	return false;
+}
+
+/* ---- ocamlopt.opt ------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void test_demangle(void)
+{
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{ "camlStdlib__List__map_236", "Stdlib.List.map" },
+		{ "camlFoo__$2b$2b_12", "Foo.++" },
+		{ "camlStdlib__$40_123", "Stdlib.@" },
+		{ "camlChain__h_271", "Chain.h" },
+		{ "caml_alloc_shr", "caml_alloc_shr" },
+		{ "camlT2.f_322", "T2.f" },
+		{ "camlStdlib__List.map_236", "Stdlib.List.map" },
+		{ "camlStdlib__List__code_begin", "Stdlib.List.code_begin" },
+		{ "main", "main" },
+	};
+	char buf[128], small[5];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char name[160];
+
+		symbolize_demangle(cases[i].in, buf, sizeof(buf));
+		snprintf(name, sizeof(name), "demangle %s", cases[i].in);
+		check(strcmp(buf, cases[i].out) == 0, name, "got \"%s\", want \"%s\"", buf, cases[i].out);
+	}
+	symbolize_demangle("camlStdlib__List__map_236", small, sizeof(small));
+	check(strcmp(small, "Stdl") == 0, "demangle truncates", "got \"%s\"", small);
+}
+
+static void test_symbols(const struct elf_image *img)
+{
+	static const struct {
+		const char *name;
+		uint8_t type;
+		bool code;
+	} want[] = {
+		{ "caml_alloc_small_dispatch", STT_FUNC, true },
+		{ "caml_memprof_track_alloc_shr", STT_FUNC, true },
+		{ "caml_start_program", STT_FUNC, true },
+		{ "Caml_state", STT_OBJECT, false },
+	};
+	size_t n = elf_image_symbol_count(img), bad = 0, dyn = 0;
+
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		const struct elf_symbol *s = elf_image_symbol(img, want[i].name);
+		char name[96];
+
+		snprintf(name, sizeof(name), "symbol %s", want[i].name);
+		check(s && s->type == want[i].type && elf_image_is_code(img, s->vaddr) == want[i].code &&
+			      strcmp(s->name, want[i].name) == 0,
+		      name, s ? "type %u at %#lx, code=%d" : "absent", s ? s->type : 0,
+		      s ? (unsigned long)s->vaddr : 0, s ? elf_image_is_code(img, s->vaddr) : 0);
+	}
+	check(!elf_image_symbol(img, "caml_no_such_symbol_xyz"), "symbol absent", "found a symbol that does not exist");
+
+	for (size_t i = 0; i < n; i++) {
+		const struct elf_symbol *s = elf_image_symbol_nth(img, i);
+
+		if (!s || elf_image_symbol(img, s->name) != s)
+			bad++;
+		dyn += s && s->dynamic;
+	}
+	check(n > 0 && !bad && !elf_image_symbol_nth(img, n), "symbol_nth unique names",
+	      "%zu of %zu symbols not found back by name", bad, n);
+	if (!elf_image_has_symtab(img))
+		check(dyn == n, "stripped: all symbols from .dynsym", "%zu of %zu not dynamic", n - dyn, n);
+}
+
+static void test_offsets(const struct elf_image *img, const char *path)
+{
+	const struct elf_symbol *fn = elf_image_symbol(img, "caml_alloc_small_dispatch");
+	const struct elf_symbol *bss = elf_image_symbol(img, "Caml_state");
+	unsigned char file_bytes[16], read_bytes[16];
+	const void *mapped;
+	uint64_t off = 0, zero;
+	int fd, err;
+
+	if (!fn || !bss) {
+		check(false, "vaddr_to_offset", "symbols missing");
+		return;
+	}
+	err = elf_image_vaddr_to_offset(img, fn->vaddr, &off);
+	fd = open(path, O_RDONLY);
+	mapped = elf_image_data(img, fn->vaddr, sizeof(file_bytes));
+	check(!err && fd >= 0 && pread(fd, file_bytes, sizeof(file_bytes), off) == sizeof(file_bytes) && mapped &&
+		      memcmp(file_bytes, mapped, sizeof(file_bytes)) == 0 &&
+		      !elf_image_read(img, fn->vaddr, read_bytes, sizeof(read_bytes)) &&
+		      memcmp(file_bytes, read_bytes, sizeof(read_bytes)) == 0,
+	      "vaddr_to_offset", "err %d, offset %#lx: file bytes differ from the image's", err, (unsigned long)off);
+	if (fd >= 0)
+		close(fd);
+
+	/* Caml_state is .bss: mapped, not in the file, reads as zero. */
+	zero = 1;
+	check(elf_image_vaddr_to_offset(img, bss->vaddr, &off) == -ERANGE && !elf_image_read(img, bss->vaddr, &zero, 8) &&
+		      zero == 0 && !elf_image_data(img, bss->vaddr, 8),
+	      "bss not file-backed, reads zero", "Caml_state at %#lx", (unsigned long)bss->vaddr);
+	check(elf_image_vaddr_to_offset(img, 0xfffffffffff00000ull, &off) == -ERANGE &&
+		      elf_image_read(img, 0xfffffffffff00000ull, &zero, 8) == -ERANGE,
+	      "unmapped vaddr -ERANGE", "an unmapped address was accepted");
+}
+
+static void test_version(const struct elf_image *img, const char *path)
+{
+	char ver[64] = "", cmd[512], out[64] = "";
+	FILE *f;
+	int err = elf_image_find_ocaml_version(img, ver, sizeof(ver));
+
+	snprintf(cmd, sizeof(cmd), "'%s' -version 2>/dev/null", path);
+	f = popen(cmd, "r");
+	if (f) {
+		if (!fgets(out, sizeof(out), f))
+			out[0] = '\0';
+		pclose(f);
+	}
+	out[strcspn(out, "\n")] = '\0';
+	check(!err && out[0] && strcmp(ver, out) == 0, "ocaml version string", "image says \"%s\" (err %d), %s -version says \"%s\"",
+	      ver, err, path, out);
+}
+
+static void test_aliases(const struct elf_image *img)
+{
+	size_t n = elf_image_symbol_count(img), nreal = 0, markers = 0, bad = 0;
+	uint64_t *real = calloc(n + 1, sizeof(*real));
+	const char *example = "";
+
+	if (!real) {
+		check(false, "function_at prefers real names", "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct elf_symbol *s = elf_image_symbol_nth(img, i);
+
+		if (!is_marker(s->name) && elf_image_is_code(img, s->vaddr) &&
+		    (s->type == STT_FUNC || s->type == STT_NOTYPE))
+			real[nreal++] = s->vaddr;
+	}
+	qsort(real, nreal, sizeof(*real), cmp_u64);
+	for (size_t i = 0; i < n; i++) {
+		const struct elf_symbol *s = elf_image_symbol_nth(img, i), *f;
+
+		if (!ends_with(s->name, "code_begin") || !elf_image_is_code(img, s->vaddr))
+			continue;
+		markers++;
+		if (!bsearch(&s->vaddr, real, nreal, sizeof(*real), cmp_u64))
+			continue;
+		f = elf_image_function_at(img, s->vaddr);
+		if (!f || is_marker(f->name)) {
+			bad++;
+			example = s->name;
+		}
+	}
+	free(real);
+	check(markers > 0 && !bad, "function_at prefers real names over code_begin",
+	      "%zu of %zu markers returned instead of the function at their address (e.g. %s)", bad, markers, example);
+}
+
+static void test_frametable(const struct elf_image *img, const struct frametable *ft, const char *path)
+{
+	struct walk_counts lit, py;
+	size_t unsorted = 0, not_code = 0, no_call = 0, bad_size = 0, bad_live = 0, bad_alloc = 0;
+	size_t bad_dbg = 0, chains = 0, locs_total = 0, not_caml = 0, find_bad = 0, polls = 0;
+	const struct frame_descr *ret_to_c = NULL;
+	uint64_t first_bad_call = 0;
+	const char *bad_dbg_why = "";
+	int err;
+
+	err = walk_literally(img, &lit);
+	check(!err && lit.tables == ft->num_tables && lit.descrs == ft->count && lit.ret_to_c == ft->num_return_to_c &&
+		      lit.allocs == ft->num_with_allocs && lit.debuginfo == ft->num_with_debuginfo,
+	      "frametable counts = literal runtime walk",
+	      "walk err %d: tables %zu/%zu descrs %zu/%zu ret_to_c %zu/%zu allocs %zu/%zu dbg %zu/%zu", err,
+	      ft->num_tables, lit.tables, ft->count, lit.descrs, ft->num_return_to_c, lit.ret_to_c,
+	      ft->num_with_allocs, lit.allocs, ft->num_with_debuginfo, lit.debuginfo);
+	if (bininfo_counts(path, &py))
+		check(py.tables == ft->num_tables && py.descrs == ft->count && py.ret_to_c == ft->num_return_to_c &&
+			      py.allocs == ft->num_with_allocs && py.debuginfo == ft->num_with_debuginfo,
+		      "frametable counts = ocaml_bininfo.py",
+		      "tables %zu/%zu descrs %zu/%zu ret_to_c %zu/%zu allocs %zu/%zu dbg %zu/%zu (ours/python)",
+		      ft->num_tables, py.tables, ft->count, py.descrs, ft->num_return_to_c, py.ret_to_c,
+		      ft->num_with_allocs, py.allocs, ft->num_with_debuginfo, py.debuginfo);
+	else
+		fprintf(stderr, "note: %s not available, python cross-check not run\n", DEFAULT_BININFO);
+	fprintf(stderr, "note: %s: %zu tables, %zu descriptors, %zu return-to-C, %zu with allocs, %zu with debuginfo\n",
+		path, ft->num_tables, ft->count, ft->num_return_to_c, ft->num_with_allocs, ft->num_with_debuginfo);
+
+	for (size_t i = 0; i < ft->count; i++) {
+		const struct frame_descr *d = &ft->descrs[i];
+		const struct elf_symbol *fn;
+		uint16_t fs = d->frame_size;
+
+		if (i && d->retaddr <= ft->descrs[i - 1].retaddr)
+			unsorted++;
+		if (frametable_find(ft, d->retaddr) != d)
+			find_bad++;
+		if (!elf_image_is_code(img, d->retaddr)) {
+			not_code++;
+			continue;
+		}
+		if (!preceded_by_call(img, d->retaddr) && no_call++ == 0)
+			first_bad_call = d->retaddr;
+		fn = elf_image_function_at(img, d->retaddr - 1);
+		if (!fn || strncmp(fn->name, "caml", 4) != 0 || is_marker(fn->name))
+			not_caml++;
+		if (fs == 0xFFFF) {
+			ret_to_c = d;
+			continue;
+		}
+		if ((fs & 0xFFFC) % 8 != 0 || (fs & 0xFFFC) < 8)
+			bad_size++;
+		{
+			uint16_t nl, live;
+			const unsigned char *raw = elf_image_data(img, d->descr_vaddr + 10, 2);
+
+			/* Even live offsets are stack slots inside the frame;
+			 * odd ones name registers (stack.h:97, Reg encoding). */
+			memcpy(&nl, raw, 2);
+			for (unsigned k = 0; k < nl; k++) {
+				memcpy(&live, elf_image_data(img, d->descr_vaddr + 12 + 2 * k, 2), 2);
+				if (!(live & 1) && live >= (fs & 0xFFFC))
+					bad_live++;
+			}
+		}
+		if ((fs & 2) != 0) {
+			/* num_allocs 0: a poll point, without lengths. */
+			if (frametable_alloc_whsize(ft, d, d->num_allocs) != 0 || (!d->num_allocs && d->alloc_lens_vaddr))
+				bad_alloc++;
+			polls += !d->num_allocs;
+			for (unsigned k = 0; k < d->num_allocs; k++) {
+				unsigned w = frametable_alloc_whsize(ft, d, k);
+
+				if (w < 2 || w > 258)
+					bad_alloc++;
+			}
+		} else if (d->num_allocs || frametable_alloc_whsize(ft, d, 0)) {
+			bad_alloc++;
+		}
+		if (d->has_debuginfo) {
+			struct ocaml_location locs[MAX_LOCS];
+			unsigned nidx = d->num_allocs ? d->num_allocs : 1;
+
+			for (unsigned k = 0; k < nidx; k++) {
+				int n = frametable_locations(ft, d, k, locs, MAX_LOCS);
+
+				if (n < 1) {
+					bad_dbg++;
+					bad_dbg_why = "no location";
+					continue;
+				}
+				locs_total += n;
+				chains += n > 1;
+				for (int j = 0; j < n; j++) {
+					if (!printable(locs[j].name) || !printable(locs[j].file)) {
+						bad_dbg++;
+						bad_dbg_why = "unprintable name or file";
+					} else if (locs[j].start_chr > locs[j].end_chr && locs[j].end_chr != 0) {
+						bad_dbg++;
+						bad_dbg_why = "start after end";
+					}
+				}
+			}
+		} else {
+			struct ocaml_location loc;
+
+			if (frametable_locations(ft, d, 0, &loc, 1) != 0) {
+				bad_dbg++;
+				bad_dbg_why = "locations without debuginfo";
+			}
+		}
+	}
+	check(!unsorted && !find_bad, "descriptors sorted, retaddrs unique, findable", "%zu out of order, %zu not found",
+	      unsorted, find_bad);
+	check(!not_code, "retaddrs in executable segments", "%zu outside", not_code);
+	check(!no_call, "retaddrs follow a call instruction", "%zu do not (first at %#lx)", no_call,
+	      (unsigned long)first_bad_call);
+	check(!bad_size && !bad_live, "frame sizes and live slots",
+	      "%zu sizes not a multiple of 8 or < 8, %zu live stack slots outside the frame", bad_size, bad_live);
+	check(!bad_alloc, "Comballoc lengths", "%zu bad (whsize outside [2, 258] or flags inconsistent)", bad_alloc);
+	check(!bad_dbg && locs_total > 0, "debuginfo decodes", "%zu bad (%s), %zu locations", bad_dbg, bad_dbg_why,
+	      locs_total);
+	fprintf(stderr, "note: %zu locations decoded, %zu inline chains, %zu poll points\n", locs_total, chains, polls);
+	check(!not_caml, "function_at(retaddr) is an OCaml or caml_ symbol", "%zu are not", not_caml);
+
+	{
+		const struct elf_symbol *sys = elf_image_symbol(img, "caml_system__frametable");
+		const struct elf_symbol *start = elf_image_symbol(img, "caml_start_program");
+		const struct elf_symbol *fn = ret_to_c ? elf_image_function_at(img, ret_to_c->retaddr - 1) : NULL;
+
+		check(ft->num_return_to_c == 1 && ret_to_c && sys && ret_to_c->descr_vaddr == sys->vaddr + 8 &&
+			      !ret_to_c->num_allocs && !ret_to_c->has_debuginfo && fn && start && fn->vaddr == start->vaddr &&
+			      strcmp(fn->name, start->name) == 0,
+		      "one 0xFFFF descriptor, in caml_system__frametable, in caml_start_program",
+		      "%zu such descriptors; at %#lx in %s", ft->num_return_to_c,
+		      ret_to_c ? (unsigned long)ret_to_c->descr_vaddr : 0, fn ? fn->name : "?");
+	}
+}
+
+static void test_table_pointers(const struct elf_image *img, const struct frametable *ft)
+{
+	const struct elf_symbol *base = elf_image_symbol(img, "caml_frametable");
+	size_t n = elf_image_symbol_count(img), nsyms = 0, matched = 0, tables = 0;
+	uint64_t *addrs = calloc(n + 1, sizeof(*addrs));
+
+	if (!base || !addrs) {
+		free(addrs);
+		check(false, "table pointers are __frametable symbols", "no caml_frametable");
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct elf_symbol *s = elf_image_symbol_nth(img, i);
+
+		if (ends_with(s->name, "__frametable") || ends_with(s->name, ".frametable"))
+			addrs[nsyms++] = s->vaddr;
+	}
+	qsort(addrs, nsyms, sizeof(*addrs), cmp_u64);
+	for (;; tables++) {
+		uint64_t p;
+
+		if (elf_image_read_ptr(img, base->vaddr + 8 * tables, &p) || !p)
+			break;
+		matched += bsearch(&p, addrs, nsyms, sizeof(*addrs), cmp_u64) != NULL;
+	}
+	free(addrs);
+	check(tables == ft->num_tables && matched == tables && tables > 0,
+	      "table pointers (relocated) are __frametable symbols", "%zu of %zu pointers match (%zu tables parsed)",
+	      matched, tables, ft->num_tables);
+}
+
+static void test_symbolizer(const struct elf_image *img, const struct frametable *ft)
+{
+	struct symbolizer *s;
+	size_t bad = 0, by_src[4] = { 0 };
+	const char *why = "";
+	struct sym_frame fr[MAX_LOCS], again[MAX_LOCS];
+	enum sym_source src;
+	int n;
+
+	if (symbolizer_open(img, ft, &s)) {
+		check(false, "symbolizer", "open failed");
+		return;
+	}
+	for (size_t i = 0; i < ft->count; i++) {
+		const struct frame_descr *d = &ft->descrs[i];
+		struct ocaml_location locs[MAX_LOCS];
+		int nl = frametable_locations(ft, d, 0, locs, MAX_LOCS);
+		char want[256];
+
+		n = symbolizer_lookup(s, d->retaddr, 0, fr, MAX_LOCS, &src);
+		if (n < 1 || !fr[0].function) {
+			bad++;
+			why = "no frame";
+			continue;
+		}
+		by_src[src]++;
+		if (nl > 0) {
+			if (n != nl || strcmp(fr[n - 1].function, locs[nl - 1].name) != 0 || fr[0].line != locs[0].line ||
+			    (src != SYM_SRC_FRAMETABLE && src != SYM_SRC_DWARF) || fr[n - 1].inlined ||
+			    (n > 1 && !fr[0].inlined)) {
+				bad++;
+				why = "frame-table frames differ from the decoded locations";
+			}
+		} else if (src == SYM_SRC_SYMBOL) {
+			symbolize_demangle(elf_image_function_at(img, d->retaddr - 1)->name, want, sizeof(want));
+			if (strcmp(want, fr[0].function) != 0) {
+				bad++;
+				why = "symbol fallback is not the demangled symbol";
+			}
+		}
+	}
+	check(!bad, "symbolizer on every descriptor", "%zu bad: %s", bad, why);
+	fprintf(stderr, "note: symbolizer sources: none %zu, symbol %zu, frametable %zu, dwarf %zu\n", by_src[0],
+		by_src[1], by_src[2], by_src[3]);
+
+	if (ft->count) {
+		uint64_t r = ft->descrs[ft->count / 2].retaddr;
+		int n2;
+
+		n = symbolizer_lookup(s, r, 0, fr, MAX_LOCS, NULL);
+		n2 = symbolizer_lookup(s, r, 0, again, MAX_LOCS, NULL);
+		check(n >= 1 && n == n2 && fr[0].function == again[0].function && fr[0].file == again[0].file,
+		      "symbolizer cache returns the same frames", "n %d vs %d", n, n2);
+		n = symbolizer_lookup(s, r, 0, fr, 1, NULL);
+		check(n == 1, "symbolizer honours max", "returned %d", n);
+	}
+	n = symbolizer_lookup(s, 1, 0, fr, MAX_LOCS, &src);
+	check(n == 1 && src == SYM_SRC_NONE && strcmp(fr[0].function, "0x1") == 0 && !fr[0].file,
+	      "symbolizer unknown address", "n %d src %d function %s", n, src, n > 0 ? fr[0].function : "?");
+	symbolizer_close(s);
+}
+
+static int test_ocamlopt(const char *path)
+{
+	struct elf_image *img;
+	struct frametable *ft;
+	int err;
+
+	err = elf_image_open(path, &img);
+	check(!err, "elf_image_open ocamlopt.opt", "%s: %s", path, strerror(-err));
+	if (err)
+		return err;
+	check(elf_image_is_pie(img) && !elf_image_has_dwarf(img), "ocamlopt.opt is a PIE without DWARF",
+	      "pie %d dwarf %d", elf_image_is_pie(img), elf_image_has_dwarf(img));
+	test_symbols(img);
+	test_offsets(img, path);
+	test_version(img, path);
+	test_aliases(img);
+
+	err = frametable_load(img, &ft);
+	check(!err, "frametable_load ocamlopt.opt", "%s", strerror(-err));
+	if (!err) {
+		test_frametable(img, ft, path);
+		test_table_pointers(img, ft);
+		test_symbolizer(img, ft);
+		frametable_free(ft);
+	}
+	elf_image_close(img);
+	{
+		struct elf_image *bad;
+
+		check(elf_image_open("/nonexistent/x", &bad) == -ENOENT && elf_image_open("/etc/passwd", &bad) == -ENOEXEC,
+		      "elf_image_open errors", "wrong errno for a missing file or a non-ELF file");
+	}
+	return 0;
+}
+
+/* ---- fixture ------------------------------------------------------------ */
+
+struct site {
+	char name[64];
+	int line;
+};
+
+static size_t read_sites(const char *src, struct site *sites, size_t max)
+{
+	FILE *f = fopen(src, "r");
+	char line[1024];
+	size_t n = 0;
+	int lineno = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f) && n < max) {
+		const char *m = strstr(line, "(* SITE:");
+		size_t len;
+
+		lineno++;
+		if (!m)
+			continue;
+		m += strlen("(* SITE:");
+		len = strcspn(m, " *");
+		if (!len || len >= sizeof(sites[n].name))
+			continue;
+		memcpy(sites[n].name, m, len);
+		sites[n].name[len] = '\0';
+		sites[n].line = lineno;
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/* `name` is "<name>" or ends with ".<name>". */
+static bool defname_matches(const char *defname, const char *name)
+{
+	size_t n = strlen(defname), m = strlen(name);
+
+	return n >= m && strcmp(defname + n - m, name) == 0 && (n == m || defname[n - m - 1] == '.');
+}
+
+static void test_fixture(const char *bin, const char *src)
+{
+	char *srccopy = strdup(src);
+	const char *base = basename(srccopy);
+	struct site sites[64];
+	size_t nsites = read_sites(src, sites, 64);
+	struct elf_image *img;
+	struct frametable *ft;
+	struct symbolizer *sym;
+	int err;
+
+	check(nsites > 0, "fixture has SITE markers", "none in %s", src);
+	err = elf_image_open(bin, &img);
+	check(!err, "elf_image_open fixture", "%s: %s", bin, strerror(-err));
+	if (err)
+		goto out;
+	err = frametable_load(img, &ft);
+	check(!err, "frametable_load fixture", "%s", strerror(-err));
+	if (err) {
+		elf_image_close(img);
+		goto out;
+	}
+	check(elf_image_has_dwarf(img), "fixture has DWARF (-g)", "no .debug_line/.debug_info");
+	err = symbolizer_open(img, ft, &sym);
+	check(!err, "symbolizer_open fixture", "%s", strerror(-err));
+	if (err)
+		goto close;
+
+	test_frametable(img, ft, bin);
+	for (size_t si = 0; si < nsites; si++) {
+		const struct site *site = &sites[si];
+		size_t found = 0, sym_ok = 0;
+		char name[128], reason[512] = "no descriptor with this location";
+
+		for (size_t i = 0; i < ft->count; i++) {
+			const struct frame_descr *d = &ft->descrs[i];
+			unsigned nidx = d->num_allocs ? d->num_allocs : 1;
+
+			for (unsigned k = 0; k < nidx; k++) {
+				struct ocaml_location locs[MAX_LOCS];
+				struct sym_frame fr[MAX_LOCS];
+				int n = frametable_locations(ft, d, k, locs, MAX_LOCS);
+				const char *file_base;
+				int nf;
+
+				if (n < 1)
+					continue;
+				file_base = strrchr(locs[0].file, '/') ? strrchr(locs[0].file, '/') + 1 : locs[0].file;
+				if (locs[0].line != site->line || strcmp(file_base, base) != 0)
+					continue;
+				if (!defname_matches(locs[0].name, site->name)) {
+					snprintf(reason, sizeof(reason), "location found in %.200s, not in ...%.60s",
+						 locs[0].name, site->name);
+					continue;
+				}
+				found++;
+				nf = symbolizer_lookup(sym, d->retaddr, k, fr, MAX_LOCS, NULL);
+				if (nf < 1 || !defname_matches(fr[0].function, site->name) || fr[0].line != site->line) {
+					snprintf(reason, sizeof(reason), "symbolizer gives %s:%d for %#lx",
+						 nf > 0 ? fr[0].function : "?", nf > 0 ? fr[0].line : 0,
+						 (unsigned long)d->retaddr);
+					continue;
+				}
+				/* DWARF supplies the full path: comp_dir + file. */
+				if (!fr[0].file || fr[0].file[0] != '/' || !ends_with(fr[0].file, base) ||
+				    access(fr[0].file, R_OK) != 0) {
+					snprintf(reason, sizeof(reason), "file is %s, not an existing full path",
+						 fr[0].file ? fr[0].file : "NULL");
+					continue;
+				}
+				sym_ok++;
+				fprintf(stderr, "note: SITE:%s -> %#lx[%u] %s %s:%d:%d\n", site->name,
+					(unsigned long)d->retaddr, k, fr[0].function, fr[0].file, fr[0].line,
+					fr[0].column);
+			}
+		}
+		snprintf(name, sizeof(name), "site %.40s at %.40s:%d", site->name, base, site->line);
+		check(found > 0 && sym_ok > 0, name, "%s", reason);
+	}
+
+	/* DWARF without frame-table debuginfo: a descriptor of the fixture's
+	 * own module that has none still gets file and line from .debug_line,
+	 * and a demangled function name from gas's DW_TAG_subprogram. */
+	{
+		size_t tried = 0, ok = 0;
+		char why[256] = "no candidate descriptor";
+
+		for (size_t i = 0; i < ft->count; i++) {
+			const struct frame_descr *d = &ft->descrs[i];
+			const struct elf_symbol *fn = elf_image_function_at(img, d->retaddr - 1);
+			struct sym_frame fr[MAX_LOCS];
+			enum sym_source src;
+			char want[256];
+			int n;
+
+			/* OCaml functions only: gas names their subprograms
+			 * after the (mangled) symbol. */
+			if (d->has_debuginfo || d->frame_size == 0xFFFF || !fn || strncmp(fn->name, "caml", 4) ||
+			    !isupper((unsigned char)fn->name[4]))
+				continue;
+			n = symbolizer_lookup(sym, d->retaddr, 0, fr, MAX_LOCS, &src);
+			if (src != SYM_SRC_DWARF)
+				continue;
+			tried++;
+			symbolize_demangle(fn->name, want, sizeof(want));
+			if (n >= 1 && strcmp(fr[0].function, want) == 0 && fr[0].line > 0 && fr[0].file)
+				ok++;
+			else
+				snprintf(why, sizeof(why), "%#lx: %.60s %.100s:%d, want %.60s", (unsigned long)d->retaddr,
+					 fr[0].function, fr[0].file ? fr[0].file : "NULL", fr[0].line, want);
+		}
+		fprintf(stderr, "note: %zu descriptors without frame-table debuginfo symbolized from DWARF\n", tried);
+		check(ok == tried, "DWARF-only frames: demangled function, file and line", "%zu of %zu bad: %s",
+		      tried - ok, tried, why);
+	}
+	symbolizer_close(sym);
+close:
+	frametable_free(ft);
+	elf_image_close(img);
+out:
+	free(srccopy);
+}
+
+/* ---- DWARF inline chain, on this test program itself ------------------ */
+
+/* Built -O2 -g (Makefile CFLAGS): self_inlined is inlined into self_outer,
+ * so the return address of the call to self_capture has a
+ * DW_TAG_inlined_subroutine scope whose call_line is in self_outer. */
+static int self_inner_line, self_outer_line;
+
+static __attribute__((noinline)) uint64_t self_capture(void)
+{
+	uint64_t r = (uint64_t)(uintptr_t)__builtin_return_address(0);
+
+	__asm__ volatile("" : "+r"(r));
+	return r;
+}
+
+static inline __attribute__((always_inline)) uint64_t self_inlined(void)
+{
+	enum { call_line = __LINE__ + 1 };
+	uint64_t r = self_capture();
+
+	/* Code after the call sits on later lines, so looking up the
+	 * return address itself instead of retaddr - 1 would show. */
+	self_inner_line = call_line;
+	__asm__ volatile("" : "+r"(r)); /* not a tail call */
+	return r;
+}
+
+static __attribute__((noinline)) uint64_t self_outer(void)
+{
+	enum { call_line = __LINE__ + 1 };
+	uint64_t r = self_inlined();
+
+	self_outer_line = call_line;
+	__asm__ volatile("" : "+r"(r));
+	return r;
+}
+
+int main(int argc, char **argv);
+
+static void test_self_dwarf(void)
+{
+	struct elf_image *img;
+	const struct elf_symbol *m, *fn;
+	struct symbolizer *s;
+	struct sym_frame fr[MAX_LOCS];
+	enum sym_source src = SYM_SRC_NONE;
+	uint64_t ret;
+	int n;
+
+	if (elf_image_open("/proc/self/exe", &img)) {
+		check(false, "DWARF inline chain (self)", "cannot open /proc/self/exe");
+		return;
+	}
+	m = elf_image_symbol(img, "main");
+	if (!elf_image_has_dwarf(img) || !m) {
+		fprintf(stderr, "note: this test program has no DWARF (built without -g): C inline check not run\n");
+		elf_image_close(img);
+		return;
+	}
+	/* Load bias of this PIE: runtime address of main minus its st_value. */
+	ret = self_outer() - ((uint64_t)(uintptr_t)&main - m->vaddr);
+	fn = elf_image_function_at(img, ret - 1);
+	check(fn && strcmp(fn->name, "self_outer") == 0, "function_at finds a local .symtab function", "got %s",
+	      fn ? fn->name : "NULL");
+	if (symbolizer_open(img, NULL, &s)) {
+		check(false, "DWARF inline chain (self)", "symbolizer_open failed");
+		elf_image_close(img);
+		return;
+	}
+	n = symbolizer_lookup(s, ret, 0, fr, MAX_LOCS, &src);
+	check(n == 2 && src == SYM_SRC_DWARF && strcmp(fr[0].function, "self_inlined") == 0 && fr[0].inlined &&
+		      fr[0].line == self_inner_line && strcmp(fr[1].function, "self_outer") == 0 && !fr[1].inlined &&
+		      fr[1].line == self_outer_line && fr[0].file && fr[0].file[0] == '/' &&
+		      ends_with(fr[0].file, "/unit_parsers.c") && fr[1].file && strcmp(fr[0].file, fr[1].file) == 0,
+	      "DWARF inline chain (self)", "n %d src %d: %s %s:%d%s <- %s:%d, want self_inlined:%d <- self_outer:%d", n,
+	      src, n > 0 ? fr[0].function : "?", n > 0 && fr[0].file ? fr[0].file : "NULL", n > 0 ? fr[0].line : 0,
+	      n > 0 && fr[0].inlined ? " (inlined)" : "", n > 1 ? fr[1].function : "?", n > 1 ? fr[1].line : 0,
+	      self_inner_line, self_outer_line);
+	symbolizer_close(s);
+	elf_image_close(img);
+}
+
+int main(int argc, char **argv)
+{
+	const char *ocamlopt = getenv("CAMLHEAP_OCAMLOPT");
+
+	if (argc != 1 && argc != 3) {
+		fprintf(stderr, "usage: %s [FIXTURE SOURCE.ml]\n", argv[0]);
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	test_demangle();
+	test_self_dwarf();
+	test_ocamlopt(ocamlopt ? ocamlopt : DEFAULT_OCAMLOPT);
+	if (argc == 3)
+		test_fixture(argv[1], argv[2]);
+	return failures ? 1 : 0;
+}

@@ -1,0 +1,62 @@
+/* ocaml_runtime.h -- recognise a native OCaml executable, its runtime
+ * version, and plan where to put the probes (ARCHITECTURE.md §3,
+ * ocaml-runtime.md §7.1).
+ */
+#ifndef CH_OCAML_RUNTIME_H
+#define CH_OCAML_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "elf_image.h"
+
+enum ocaml_probe {
+	OCAML_PROBE_TRACK_ALLOC_SHR = 0, /* caml_memprof_track_alloc_shr(value block) */
+	OCAML_PROBE_TRACK_CUSTOM,        /* caml_memprof_track_custom(value block, mlsize_t bytes) */
+	OCAML_PROBE_TRACK_INTERNED,      /* caml_memprof_track_interned(header_t *block, header_t *end) */
+	OCAML_PROBE__COUNT
+};
+
+struct ocaml_probe_point {
+	const char *symbol;
+	uint64_t vaddr;        /* link-time address of the probed instruction */
+	uint64_t file_offset;  /* what the uprobe takes */
+	unsigned skipped;      /* bytes skipped past the entry to reach an emulated instruction */
+	bool emulated;         /* the kernel emulates the instruction (push/call/jmp/jcc/nop) */
+};
+
+struct ocaml_runtime {
+	char version[32];      /* "4.13.1" */
+	int major, minor;
+	uint64_t caml_state_sym; /* link-time vaddr of the global `Caml_state` (4.x) */
+	struct ocaml_probe_point probes[OCAML_PROBE__COUNT];
+};
+
+enum ocaml_detect_result {
+	OCAML_OK = 0,
+	OCAML_NOT_OCAML,          /* no caml_frametable / caml_start_program */
+	OCAML_BYTECODE,           /* the bytecode interpreter (ocamlrun) or a -custom bytecode executable */
+	OCAML_UNSUPPORTED_VERSION,
+	OCAML_MISSING_SYMBOLS,
+};
+
+/* Inspect `img`, called `name` in messages (the executable's real path).
+ * On OCAML_OK fills *rt.  Otherwise writes a one-line explanation (what is
+ * wrong, what to do; without the PID, which the caller prefixes) into msg.
+ * Supported: OCaml 4.13.x and 4.14.x on x86-64. */
+enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
+					      char *msg, size_t msglen);
+
+/* Length of the x86-64 instruction at `code` if it is one of the prologue
+ * forms camlheap knows how to step over without the argument registers
+ * rdi/rsi/rdx/rcx changing (reg-reg mov into another register, pxor, sub/add
+ * imm to rsp, endbr64); 0 otherwise.  Exposed for the unit tests. */
+unsigned ocaml_runtime_skippable_insn(const uint8_t *code, size_t len);
+
+/* True if the kernel's uprobe code emulates the instruction at `code`
+ * instead of single-stepping it: push reg, nop, call rel32, jmp rel, jcc
+ * (arch/x86/kernel/uprobes.c branch_setup_xol_ops / push_setup_xol_ops). */
+bool ocaml_runtime_insn_emulated(const uint8_t *code, size_t len);
+
+#endif

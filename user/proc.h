@@ -1,0 +1,44 @@
+/* proc.h -- the target process: existence, executable, load bias, and the
+ * launch mode that starts a command stopped at exec (ARCHITECTURE.md §3.5).
+ */
+#ifndef CH_PROC_H
+#define CH_PROC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "elf_image.h"
+
+/* Resolve /proc/PID/exe into buf.  Returns 0, -ESRCH (no such process, or a
+ * zombie / kernel thread without an executable), -EACCES (not allowed to
+ * inspect it: needs CAP_SYS_PTRACE over that process). */
+int proc_exe_path(pid_t pid, char *buf, size_t len);
+
+/* True if `pid` names a thread-group leader (a process, not a thread id). */
+int proc_is_process(pid_t pid);
+
+/* Load bias (runtime address - link-time vaddr) of the executable `img` as
+ * mapped in `pid`, from /proc/PID/maps: the mapping of the same file
+ * (device and inode of /proc/PID/exe) whose offset is that of the first
+ * PT_LOAD.  0 for a non-PIE.  Returns 0, -ESRCH, or -ENOENT (not mapped). */
+int proc_load_bias(pid_t pid, const struct elf_image *img, uint64_t *bias);
+
+/* Start argv[] (PATH lookup as execvp) as a child, with signals unblocked
+ * and default dispositions, stopped in the PTRACE_EVENT_EXEC stop right after
+ * exec: its executable is mapped and not one user instruction has run.
+ * The child is PTRACE_SEIZEd (never with PTRACE_O_EXITKILL) before it
+ * execs: if camlheap dies at any point, an event stop just ends and the
+ * command runs unprofiled.  Returns 0 and the pid, or a negative errno
+ * with a message in err (e.g. -ENOENT "cannot run foo: No such file..."),
+ * in which case the child has been reaped. */
+int proc_launch(char *const argv[], pid_t *pid, char *err, size_t errlen);
+
+/* Let a launched child run: PTRACE_DETACH from the exec stop.  Returns 0 or
+ * a negative errno. */
+int proc_launch_release(pid_t pid);
+
+/* Open a pidfd (readable when the process exits).  Returns fd or -errno. */
+int proc_pidfd(pid_t pid);
+
+#endif

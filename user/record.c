@@ -1,0 +1,379 @@
+/* record.c -- see record.h.  Reads in the order things happen: privileges,
+ * target, runtime plan, sampler, attach, intake loop, report, wait. */
+#define _GNU_SOURCE
+#include "record.h"
+
+#include <errno.h>
+#include <linux/capability.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "elf_image.h"
+#include "frametable.h"
+#include "ocaml_runtime.h"
+#include "proc.h"
+#include "profile.h"
+#include "sampler.h"
+#include "symbolize.h"
+
+#define RINGBUF_BYTES (16u << 20)
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* BPF programs and uprobes need CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN);
+ * reading another user's /proc/PID/exe and maps needs CAP_SYS_PTRACE. */
+static int check_privileges(char *msg, size_t len)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+	struct __user_cap_data_struct data[2];
+	uint64_t eff;
+	bool admin, bpf, perfmon;
+
+	memset(data, 0, sizeof(data));
+	if (syscall(SYS_capget, &hdr, data) < 0)
+		return 0; /* cannot tell: let the kernel decide */
+	eff = (uint64_t)data[0].effective | ((uint64_t)data[1].effective << 32);
+	admin = eff & (1ULL << CAP_SYS_ADMIN);
+	bpf = eff & (1ULL << CAP_BPF);
+	perfmon = eff & (1ULL << CAP_PERFMON);
+	if (admin || (bpf && perfmon))
+		return 0;
+	snprintf(msg, len,
+		 "missing privileges: camlheap loads BPF programs and attaches uprobes, which needs "
+		 "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)%s%s; run it as root (sudo camlheap ...)",
+		 bpf ? "" : " [CAP_BPF missing]", perfmon ? "" : " [CAP_PERFMON missing]");
+	return -EPERM;
+}
+
+static void on_event(void *ctx, const struct ch_sample_event *ev, size_t size)
+{
+	profile_add_event(ctx, ev, size);
+}
+
+static char *join_argv(char **argv)
+{
+	size_t len = 1;
+	char *s, *p;
+
+	for (char **a = argv; *a; a++)
+		len += strlen(*a) + 1;
+	s = p = malloc(len);
+	if (!s)
+		return NULL;
+	for (char **a = argv; *a; a++)
+		p += sprintf(p, "%s%s", a == argv ? "" : " ", *a);
+	return s;
+}
+
+static int status_to_exit(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return 1;
+}
+
+static void describe_status(int status, char *buf, size_t len)
+{
+	if (WIFEXITED(status))
+		snprintf(buf, len, "target exited with status %d", WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(buf, len, "target killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+	else
+		snprintf(buf, len, "target ended");
+}
+
+struct target {
+	pid_t pid;
+	bool launched;
+	char exe[4096];
+	char proc_exe[64];
+	struct elf_image *img;
+	struct frametable *ft;
+	struct ocaml_runtime rt;
+	uint64_t bias;
+};
+
+/* Everything about the target that can fail before any probe exists. */
+static int target_inspect(struct target *t, char *msg, size_t len)
+{
+	char why[1024];
+	int ret;
+
+	if (!t->launched && !proc_is_process(t->pid)) {
+		if (kill(t->pid, 0) < 0 && errno == ESRCH)
+			snprintf(msg, len, "no process with PID %d", t->pid);
+		else
+			snprintf(msg, len, "%d is not a process ID (a thread ID, or not visible here): pass the PID "
+					   "of the process (its thread-group leader)",
+				 t->pid);
+		return -ESRCH;
+	}
+	ret = proc_exe_path(t->pid, t->exe, sizeof(t->exe));
+	if (ret == -EACCES) {
+		snprintf(msg, len,
+			 "not allowed to inspect PID %d (/proc/%d/exe): camlheap needs CAP_SYS_PTRACE over the "
+			 "target; run it as root",
+			 t->pid, t->pid);
+		return ret;
+	}
+	if (ret < 0) {
+		snprintf(msg, len, "PID %d has no executable (exited, a zombie or a kernel thread)", t->pid);
+		return ret;
+	}
+	snprintf(t->proc_exe, sizeof(t->proc_exe), "/proc/%d/exe", t->pid);
+	ret = elf_image_open(t->proc_exe, &t->img);
+	if (ret < 0) {
+		snprintf(msg, len, "PID %d runs %s, which %s", t->pid, t->exe,
+			 ret == -ENOEXEC ? "is not an x86-64 ELF executable: only native OCaml programs are supported"
+					 : "cannot be read");
+		return ret;
+	}
+	if (ocaml_runtime_detect(t->img, t->exe, &t->rt, why, sizeof(why)) != OCAML_OK) {
+		snprintf(msg, len, "PID %d: %s", t->pid, why);
+		return -ENOTSUP;
+	}
+	ret = frametable_load(t->img, &t->ft);
+	if (ret < 0) {
+		snprintf(msg, len, "PID %d: cannot parse the frame tables of %s (%s)", t->pid, t->exe, strerror(-ret));
+		return ret;
+	}
+	ret = proc_load_bias(t->pid, t->img, &t->bias);
+	if (ret < 0) {
+		snprintf(msg, len, "PID %d: cannot find where %s is mapped (/proc/%d/maps): %s", t->pid, t->exe,
+			 t->pid, strerror(-ret));
+		return ret;
+	}
+	return 0;
+}
+
+static void target_release(struct target *t)
+{
+	frametable_free(t->ft);
+	elf_image_close(t->img);
+	t->ft = NULL;
+	t->img = NULL;
+}
+
+/* Render the report into the already-open output (a temporary file until
+ * committed).  Returns 0 or -errno. */
+static int write_report(const struct record_opts *o, struct outfile *out, const struct profile *prof,
+			const struct report_meta *meta, const struct target *t)
+{
+	struct symbolizer *sym = NULL;
+	int ret;
+
+	ret = symbolizer_open(t->img, t->ft, &sym);
+	if (ret < 0) {
+		outfile_abort(out);
+		return ret;
+	}
+	if (o->format == REPORT_COLLAPSED)
+		ret = report_write_collapsed(out->f, prof, sym);
+	else
+		ret = report_write_text(out->f, prof, meta, sym);
+	if (ret < 0)
+		outfile_abort(out);
+	else
+		ret = outfile_commit(out);
+	symbolizer_close(sym);
+	return ret;
+}
+
+int record_run(const struct record_opts *o)
+{
+	struct target t = { .pid = o->pid };
+	struct sampler_config cfg = { .rate = o->rate, .max_frames = o->max_frames, .ringbuf_bytes = RINGBUF_BYTES };
+	struct report_meta meta = { .top = o->top, .max_frames = o->max_frames };
+	struct sampler *smp = NULL;
+	struct profile *prof = NULL;
+	struct outfile out;
+	char msg[2048], reason[256] = "stopped";
+	char *command = NULL;
+	double t0 = now_s(), t_attached;
+	sigset_t mask;
+	int sigfd = -1, pidfd = -1, timerfd = -1, status = 0, ret, exit_code = 2;
+	bool reaped = false;
+
+	if (check_privileges(msg, sizeof(msg)) < 0) {
+		fprintf(stderr, "camlheap: %s\n", msg);
+		return 2;
+	}
+	/* Open the output first: a report that cannot be written must not
+	 * cost a whole recording (or a run of the command). */
+	if (outfile_open(&out, o->output) < 0) {
+		fprintf(stderr, "camlheap: cannot write the report to %s: %s\n", o->output, strerror(errno));
+		return 2;
+	}
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
+
+	if (o->argv) {
+		ret = proc_launch(o->argv, &t.pid, msg, sizeof(msg));
+		if (ret < 0) {
+			fprintf(stderr, "camlheap: %s\n", msg);
+			outfile_abort(&out);
+			return ret == -ENOENT ? 127 : ret == -EACCES ? 126 : 2;
+		}
+		t.launched = true;
+		command = join_argv(o->argv);
+	}
+
+	if (target_inspect(&t, msg, sizeof(msg)) < 0)
+		goto fail_target;
+
+	prof = profile_new(o->rate, t.bias);
+	if (!prof) {
+		snprintf(msg, sizeof(msg), "out of memory");
+		goto fail_target;
+	}
+	ret = sampler_open(&cfg, t.ft, on_event, prof, &smp, msg, sizeof(msg));
+	if (ret < 0)
+		goto fail_target;
+	ret = sampler_attach(smp, t.pid, t.bias, &t.rt, t.proc_exe, msg, sizeof(msg));
+	if (ret < 0)
+		goto fail_target;
+	if (t.launched && proc_launch_release(t.pid) < 0) {
+		snprintf(msg, sizeof(msg), "cannot let PID %d run (ptrace detach: %s)", t.pid, strerror(errno));
+		goto fail_target;
+	}
+	t_attached = now_s();
+	meta.attach_s = t_attached - t0;
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
+		meta.probes_emulated += t.rt.probes[i].emulated;
+	meta.probes_total = OCAML_PROBE__COUNT;
+	fprintf(stderr, "camlheap: recording PID %d (%s, OCaml %s) at rate %g; %u probes attached in %.3f s%s\n",
+		t.pid, t.exe, t.rt.version, o->rate, meta.probes_total, meta.attach_s,
+		o->duration_s > 0 ? "" : "; stop with Ctrl-C");
+
+	pidfd = proc_pidfd(t.pid);
+	if (o->duration_s > 0) {
+		struct itimerspec its = { 0 };
+
+		its.it_value.tv_sec = (time_t)o->duration_s;
+		its.it_value.tv_nsec = (long)((o->duration_s - (double)its.it_value.tv_sec) * 1e9);
+		if (!its.it_value.tv_sec && !its.it_value.tv_nsec)
+			its.it_value.tv_nsec = 1;
+		timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+		timerfd_settime(timerfd, 0, &its, NULL);
+	}
+
+	for (;;) {
+		struct pollfd fds[4] = {
+			{ .fd = sigfd, .events = POLLIN },
+			{ .fd = pidfd, .events = POLLIN },
+			{ .fd = timerfd, .events = POLLIN },
+			{ .fd = sampler_ring_fd(smp), .events = POLLIN },
+		};
+
+		if (pidfd < 0) { /* the target was already gone */
+			snprintf(reason, sizeof(reason), "target exited");
+			break;
+		}
+		poll(fds, 4, 100);
+		sampler_consume(smp);
+		if (fds[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+
+			if (read(sigfd, &si, sizeof(si)) == sizeof(si))
+				snprintf(reason, sizeof(reason), "stopped by SIG%s%s",
+					 sigabbrev_np((int)si.ssi_signo) ? sigabbrev_np((int)si.ssi_signo) : "?",
+					 si.ssi_signo == SIGINT ? " (Ctrl-C)" : "");
+			break;
+		}
+		if (fds[1].revents & POLLIN) {
+			snprintf(reason, sizeof(reason), "target exited");
+			break;
+		}
+		if (fds[2].revents & POLLIN) {
+			snprintf(reason, sizeof(reason), "duration elapsed");
+			break;
+		}
+	}
+	sampler_detach(smp);
+	sampler_consume(smp);
+	sampler_counters(smp, meta.counters);
+	meta.duration_s = now_s() - t_attached;
+	if (t.launched && waitpid(t.pid, &status, WNOHANG) == t.pid) {
+		reaped = true;
+		describe_status(status, reason, sizeof(reason));
+	}
+
+	meta.pid = t.pid;
+	meta.exe = t.exe;
+	meta.ocaml_version = t.rt.version;
+	meta.command = command;
+	meta.sampler_mode = "major+custom+unmarshal through read-only uprobes (minor heap: not sampled)";
+	meta.end_reason = reason;
+	ret = write_report(o, &out, prof, &meta, &t);
+	if (ret < 0) {
+		fprintf(stderr, "camlheap: cannot write the report to %s: %s\n", o->output ? o->output : "stdout",
+			strerror(-ret));
+		exit_code = 1;
+	} else {
+		exit_code = 0;
+		if (o->output && strcmp(o->output, "-"))
+			fprintf(stderr, "camlheap: %llu samples; report written to %s\n",
+				(unsigned long long)prof->samples, o->output);
+	}
+	sampler_close(smp);
+	profile_free(prof);
+
+	if (t.launched && !reaped) {
+		/* The command goes on; camlheap's status is the command's. */
+		struct pollfd fds[2] = { { .fd = sigfd, .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
+
+		fprintf(stderr, "camlheap: waiting for PID %d to exit (a second signal leaves it running)\n", t.pid);
+		for (;;) {
+			if (waitpid(t.pid, &status, WNOHANG) == t.pid) {
+				reaped = true;
+				break;
+			}
+			if (poll(fds, 2, -1) < 0 && errno != EINTR)
+				break;
+			if (fds[0].revents & POLLIN)
+				break;
+		}
+	}
+	if (t.launched && reaped && exit_code == 0)
+		exit_code = status_to_exit(status);
+	target_release(&t);
+	free(command);
+	return exit_code;
+
+fail_target:
+	fprintf(stderr, "camlheap: %s\n", msg);
+	outfile_abort(&out);
+	sampler_close(smp);
+	profile_free(prof);
+	target_release(&t);
+	if (t.launched) {
+		/* The command has not run one instruction of its own yet. */
+		fprintf(stderr, "camlheap: the command was not run\n");
+		kill(t.pid, SIGKILL);
+		waitpid(t.pid, NULL, __WALL);
+	}
+	free(command);
+	return 2;
+}

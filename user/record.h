@@ -1,0 +1,29 @@
+/* record.h -- `camlheap record`: attach to a process (or launch a command
+ * stopped at exec), sample until Ctrl-C / SIGTERM / --duration / target
+ * exit, then write the report.
+ */
+#ifndef CH_RECORD_H
+#define CH_RECORD_H
+
+#include <sys/types.h>
+
+#include "report.h"
+
+struct record_opts {
+	pid_t pid;                 /* -p PID, or 0 with argv */
+	char **argv;               /* launch mode: NULL-terminated command, or NULL */
+	double rate;               /* lambda, samples per word */
+	double duration_s;         /* 0: until stopped */
+	const char *output;        /* file, or NULL / "-" for stdout */
+	enum report_format format;
+	int top;
+	unsigned max_frames;
+};
+
+/* Run a recording.  Returns the process exit status for camlheap: in launch
+ * mode the command's status (128 + signal if it was killed), otherwise 0 on
+ * success; 2 for a bad target or a set-up error (message on stderr), 1 if
+ * the report could not be written. */
+int record_run(const struct record_opts *o);
+
+#endif

@@ -1,0 +1,68 @@
+/* report.h -- writers for a recorded profile: the text report and
+ * collapsed stacks (flamegraph.pl / speedscope input), plus the
+ * write-to-temporary-then-rename helper every output file goes through.
+ */
+#ifndef CH_REPORT_H
+#define CH_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "camlheap.h"
+#include "profile.h"
+#include "symbolize.h"
+
+enum report_format {
+	REPORT_TEXT = 0,
+	REPORT_COLLAPSED,
+};
+
+/* What the header of a report states besides the profile itself. */
+struct report_meta {
+	int pid;
+	const char *exe;               /* resolved executable path */
+	const char *ocaml_version;     /* "4.13.1" */
+	const char *command;           /* launch mode: the command line, else NULL */
+	const char *sampler_mode;      /* e.g. "major+custom+unmarshal (read-only uprobes)" */
+	const char *end_reason;        /* "target exited with status 0", "duration elapsed", ... */
+	double duration_s;             /* recording time, seconds */
+	double attach_s;               /* from start to probes attached, seconds */
+	unsigned max_frames;
+	unsigned probes_emulated;      /* probes on kernel-emulated instructions */
+	unsigned probes_total;
+	uint64_t counters[CH_CNT__COUNT]; /* BPF counters (enum ch_counter) */
+	int top;                       /* sites shown in the text report */
+};
+
+/* Write the text report: the first line says which allocations are not
+ * sampled; a header (target, OCaml version, lambda, duration, samples,
+ * dropped events, sampler mode, stack-walk terminations); then the `top`
+ * sites by estimated bytes, each with samples, a 95 % interval and its full
+ * callstack.  Returns 0 or -EIO. */
+int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct symbolizer *sym);
+
+/* Write collapsed stacks: one line per distinct callstack (all kinds
+ * summed), frames root first separated by ';', each "Module.function"
+ * (inlined frames expanded), a space, and the estimated allocated bytes as
+ * an integer.  Returns 0 or -EIO. */
+int report_write_collapsed(FILE *out, const struct profile *p, struct symbolizer *sym);
+
+/* Human-readable byte count ("1.5 MiB") into buf. */
+const char *report_format_bytes(double bytes, char *buf, size_t len);
+
+/* Output files are written to "<path>.tmp.<pid>" in the same directory and
+ * renamed over `path` only when complete, so a failed or killed run never
+ * leaves a truncated file nor destroys the previous one.
+ * outfile_open returns the stream (or NULL with errno set); outfile_commit
+ * flushes, fsyncs, closes and renames (0 or -errno; on error the temporary
+ * is removed); outfile_abort closes and removes it.  path "-" is stdout. */
+struct outfile {
+	FILE *f;
+	char *path;
+	char *tmp;
+};
+int outfile_open(struct outfile *o, const char *path);
+int outfile_commit(struct outfile *o);
+void outfile_abort(struct outfile *o);
+
+#endif

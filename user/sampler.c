@@ -1,0 +1,281 @@
+/* sampler.c -- see sampler.h. */
+#define _GNU_SOURCE
+#include "sampler.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "alloc.skel.h"
+
+struct sampler {
+	struct alloc_bpf *skel;
+	struct ring_buffer *rb;
+	struct bpf_link *links[OCAML_PROBE__COUNT];
+	sampler_event_fn fn;
+	void *ctx;
+	double rate;
+};
+
+/* splitmix64: seeds and stratum jitter; quality is ample for this. */
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+void sampler_fill_geom_pool(uint64_t *pool, size_t n, double rate, uint64_t seed)
+{
+	double l1m = log1p(-rate); /* log(1 - lambda) < 0 */
+
+	for (size_t i = 0; i < n; i++) {
+		/* u in the i-th stratum of (0,1), never 0 */
+		double jitter = ((splitmix64(&seed) >> 11) + 0.5) * 0x1.0p-53;
+		double u = ((double)i + jitter) / (double)n;
+		double g;
+
+		if (rate >= 1.0) {
+			pool[i] = 1;
+			continue;
+		}
+		g = 1.0 + floor(log(u) / l1m);
+		if (!(g >= 1.0))
+			g = 1.0;
+		if (g > 0x1.0p62)
+			g = 0x1.0p62;
+		pool[i] = (uint64_t)g;
+	}
+}
+
+static int ring_event(void *ctx, void *data, size_t size)
+{
+	struct sampler *s = ctx;
+
+	if (size >= CH_EVENT_HEADER_BYTES)
+		s->fn(s->ctx, data, size);
+	return 0;
+}
+
+static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	if (level == LIBBPF_WARN && getenv("CAMLHEAP_DEBUG"))
+		return vfprintf(stderr, fmt, ap);
+	if (level == LIBBPF_DEBUG && getenv("CAMLHEAP_DEBUG"))
+		return vfprintf(stderr, fmt, ap);
+	return 0;
+}
+
+static int fill_frametable(struct sampler *s, const struct frametable *ft)
+{
+	int fd = bpf_map__fd(s->skel->maps.frametable);
+	size_t batch = 4096;
+	struct ch_frame_key *keys = calloc(batch, sizeof(*keys));
+	struct ch_frame_val *vals = calloc(batch, sizeof(*vals));
+	int ret = 0;
+
+	if (!keys || !vals) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < ft->count; i += batch) {
+		__u32 n = 0;
+
+		for (size_t j = i; j < ft->count && j < i + batch; j++, n++) {
+			keys[n].retaddr = ft->descrs[j].retaddr;
+			vals[n].frame_size = ft->descrs[j].frame_size;
+		}
+		if (bpf_map_update_batch(fd, keys, vals, &n, NULL) < 0) {
+			ret = -errno;
+			goto out;
+		}
+	}
+out:
+	free(keys);
+	free(vals);
+	return ret;
+}
+
+static int fill_geom_pool(struct sampler *s, double rate)
+{
+	int fd = bpf_map__fd(s->skel->maps.geom_pool);
+	uint64_t *pool = calloc(CH_GEOM_POOL_SIZE, sizeof(*pool));
+	__u32 *keys = calloc(CH_GEOM_POOL_SIZE, sizeof(*keys));
+	uint64_t seed = 0;
+	__u32 n = CH_GEOM_POOL_SIZE;
+	int ret = 0;
+
+	if (!pool || !keys) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (getentropy(&seed, sizeof(seed)) < 0)
+		seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL;
+	sampler_fill_geom_pool(pool, CH_GEOM_POOL_SIZE, rate, seed);
+	for (__u32 i = 0; i < CH_GEOM_POOL_SIZE; i++)
+		keys[i] = i;
+	if (bpf_map_update_batch(fd, keys, pool, &n, NULL) < 0)
+		ret = -errno;
+out:
+	free(pool);
+	free(keys);
+	return ret;
+}
+
+int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, sampler_event_fn fn, void *ctx,
+		 struct sampler **out, char *err, size_t errlen)
+{
+	struct sampler *s = calloc(1, sizeof(*s));
+	int ret;
+
+	if (!s)
+		return -ENOMEM;
+	s->fn = fn;
+	s->ctx = ctx;
+	s->rate = cfg->rate;
+	libbpf_set_print(libbpf_quiet);
+
+	s->skel = alloc_bpf__open();
+	if (!s->skel) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot open the BPF object: %s", strerror(-ret));
+		goto fail;
+	}
+	s->skel->rodata->max_frames = cfg->max_frames;
+	bpf_map__set_max_entries(s->skel->maps.frametable, ft->count ? ft->count : 1);
+	bpf_map__set_max_entries(s->skel->maps.events, cfg->ringbuf_bytes);
+	ret = alloc_bpf__load(s->skel);
+	if (ret) {
+		ret = ret < 0 ? ret : -errno;
+		if (ret == -EPERM)
+			snprintf(err, errlen,
+				 "the kernel refused to load the BPF programs (%s): camlheap needs CAP_BPF "
+				 "and CAP_PERFMON (or root)",
+				 strerror(-ret));
+		else
+			snprintf(err, errlen,
+				 "cannot load the BPF programs: %s (the verifier refused them, or the kernel "
+				 "is older than 5.17 or lacks BTF; CAMLHEAP_DEBUG=1 prints the verifier log)",
+				 strerror(-ret));
+		goto fail;
+	}
+	ret = fill_frametable(s, ft);
+	if (ret) {
+		snprintf(err, errlen, "cannot fill the frame-table map (%zu descriptors): %s", ft->count,
+			 strerror(-ret));
+		goto fail;
+	}
+	ret = fill_geom_pool(s, cfg->rate);
+	if (ret) {
+		snprintf(err, errlen, "cannot fill the geometric pool: %s", strerror(-ret));
+		goto fail;
+	}
+	s->rb = ring_buffer__new(bpf_map__fd(s->skel->maps.events), ring_event, s, NULL);
+	if (!s->rb) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot open the ring buffer: %s", strerror(-ret));
+		goto fail;
+	}
+	*out = s;
+	return 0;
+fail:
+	sampler_close(s);
+	return ret;
+}
+
+int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
+		   const char *exe, char *err, size_t errlen)
+{
+	struct bpf_program *progs[OCAML_PROBE__COUNT] = {
+		[OCAML_PROBE_TRACK_ALLOC_SHR] = s->skel->progs.on_track_alloc_shr,
+		[OCAML_PROBE_TRACK_CUSTOM] = s->skel->progs.on_track_custom,
+		[OCAML_PROBE_TRACK_INTERNED] = s->skel->progs.on_track_interned,
+	};
+	struct ch_proc proc = {
+		.load_bias = load_bias,
+		.caml_state_sym = rt->caml_state_sym,
+	};
+	__u32 key = pid;
+	uint64_t first, seed = 0;
+
+	/* memprof starts its countdown with one rand_geom() (memprof.c,
+	 * caml_memprof_set_lambda); a one-stratum pool is one plain draw. */
+	if (getentropy(&seed, sizeof(seed)) < 0)
+		seed = (uint64_t)pid;
+	sampler_fill_geom_pool(&first, 1, s->rate, seed);
+	proc.next_sample_words = (__s64)first;
+	if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.procs), &key, &proc, BPF_ANY) < 0) {
+		snprintf(err, errlen, "cannot register PID %d with the sampler: %s", pid, strerror(errno));
+		return -errno;
+	}
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
+		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = false);
+
+		s->links[i] = bpf_program__attach_uprobe_opts(progs[i], pid, exe, rt->probes[i].file_offset, &opts);
+		if (!s->links[i]) {
+			int e = errno;
+
+			snprintf(err, errlen, "cannot attach a uprobe to %s (%s at file offset 0x%llx): %s%s",
+				 exe, rt->probes[i].symbol, (unsigned long long)rt->probes[i].file_offset,
+				 strerror(e),
+				 e == EPERM || e == EACCES ? " (needs CAP_PERFMON and CAP_SYS_ADMIN or root)" : "");
+			sampler_detach(s);
+			return -e;
+		}
+	}
+	return 0;
+}
+
+void sampler_detach(struct sampler *s)
+{
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
+		bpf_link__destroy(s->links[i]);
+		s->links[i] = NULL;
+	}
+}
+
+int sampler_ring_fd(const struct sampler *s)
+{
+	return ring_buffer__epoll_fd(s->rb);
+}
+
+int sampler_consume(struct sampler *s)
+{
+	return ring_buffer__consume(s->rb);
+}
+
+void sampler_counters(const struct sampler *s, uint64_t out[CH_CNT__COUNT])
+{
+	int ncpu = libbpf_num_possible_cpus();
+	int fd = bpf_map__fd(s->skel->maps.counters);
+	uint64_t *vals;
+
+	memset(out, 0, sizeof(uint64_t) * CH_CNT__COUNT);
+	if (ncpu <= 0 || !(vals = calloc(ncpu, sizeof(*vals))))
+		return;
+	for (__u32 k = 0; k < CH_CNT__COUNT; k++) {
+		if (bpf_map_lookup_elem(fd, &k, vals) < 0)
+			continue;
+		for (int c = 0; c < ncpu; c++)
+			out[k] += vals[c];
+	}
+	free(vals);
+}
+
+void sampler_close(struct sampler *s)
+{
+	if (!s)
+		return;
+	sampler_detach(s);
+	ring_buffer__free(s->rb);
+	alloc_bpf__destroy(s->skel);
+	free(s);
+}

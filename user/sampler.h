@@ -1,0 +1,64 @@
+/* sampler.h -- load the BPF sampler (bpf/alloc.bpf.c), give it the
+ * executable's frame table and the geometric-draw pool, attach its uprobes
+ * to one process, and hand sample events to a callback.
+ */
+#ifndef CH_SAMPLER_H
+#define CH_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "camlheap.h"
+#include "frametable.h"
+#include "ocaml_runtime.h"
+
+struct sampler_config {
+	double rate;            /* lambda: samples per allocated word, 0 < rate <= 1 */
+	unsigned max_frames;    /* stack walk depth, 1..CH_MAX_FRAMES */
+	size_t ringbuf_bytes;   /* power of two >= 4096 */
+};
+
+/* Called for each event; `size` bytes are valid (frames only if has_frames). */
+typedef void (*sampler_event_fn)(void *ctx, const struct ch_sample_event *ev, size_t size);
+
+struct sampler;
+
+/* Open and load the BPF object, fill the `frametable` map with every
+ * descriptor of `ft` (link-time retaddr -> frame size) and the geometric
+ * pool for cfg->rate.  Returns 0, or a negative errno with a message in err
+ * (-EPERM: missing CAP_BPF/CAP_PERFMON, say so). */
+int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, sampler_event_fn fn, void *ctx,
+		 struct sampler **out, char *err, size_t errlen);
+
+/* Register `pid` (a tgid) with its load bias, then attach every planned probe
+ * of `rt` to the executable at `exe` (a path, e.g. "/proc/PID/exe"),
+ * filtered to that process.  Returns 0, or a negative errno with a message. */
+int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
+		   const char *exe, char *err, size_t errlen);
+
+/* Detach every uprobe (the target runs on untouched); events already in the
+ * ring buffer can still be consumed. */
+void sampler_detach(struct sampler *s);
+
+/* fd that becomes readable when the ring buffer wakes its reader (epoll fd). */
+int sampler_ring_fd(const struct sampler *s);
+
+/* Hand every pending event to the callback.  Returns events consumed or a
+ * negative errno. */
+int sampler_consume(struct sampler *s);
+
+/* Sum the per-CPU counters into out[CH_CNT__COUNT]. */
+void sampler_counters(const struct sampler *s, uint64_t out[CH_CNT__COUNT]);
+
+void sampler_close(struct sampler *s);
+
+/* Fill pool[n] with draws from the geometric law of parameter `rate`
+ * (support 1, 2, ...; mean 1/rate), as memprof.c's rand_geom, stratified:
+ * draw i inverts a uniform taken in the i-th of n equal strata of (0,1), so
+ * the pool's empirical law matches the geometric law to O(1/n) in every
+ * quantile and a pool entry picked at random is a geometric draw.  `seed`
+ * makes it reproducible.  Values are clamped to [1, 2^62]. */
+void sampler_fill_geom_pool(uint64_t *pool, size_t n, double rate, uint64_t seed);
+
+#endif
