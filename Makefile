@@ -73,7 +73,7 @@ $(BUILD)/fixtures/%: tests/fixtures/%.ml $(wildcard tests/fixtures/*_stubs.c) $(
 	@mkdir -p $(BUILD)/fixtures/obj-$*
 	cp $< $(BUILD)/fixtures/obj-$*/
 	if [ -f tests/fixtures/$*_stubs.c ]; then cp tests/fixtures/$*_stubs.c $(BUILD)/fixtures/obj-$*/; fi
-	cd $(BUILD)/fixtures/obj-$* && $(OCAMLOPT) -g $$(cat ../../../tests/fixtures/$*.flags 2>/dev/null) \
+	cd $(BUILD)/fixtures/obj-$* && $(OCAMLOPT) -g $$(cat $(CURDIR)/tests/fixtures/$*.flags 2>/dev/null) \
 	  $$(ls $*_stubs.c 2>/dev/null) $*.ml -o ../$*
 
 # Bytecode builds of one fixture, for the "not native code" errors.

@@ -37,12 +37,20 @@ def report(ok, name, detail="", secs=None):
         print("FAIL %s%s: %s" % (name, t, detail), flush=True)
 
 
+# Extra arguments of unit-test programs: unit_parsers also checks the frame
+# table and symbols of a fixture against its source's SITE markers.
+UNIT_ARGS = {
+    "unit_parsers": [chtest.fixture("chain"), os.path.join(chtest.FIXTURE_SRC, "chain.ml")],
+}
+
+
 def run_units(filters):
     for exe in sorted(glob.glob(os.path.join(chtest.BUILD, "tests", "unit_*"))):
         base = os.path.basename(exe)
         if not selected(base, filters):
             continue
-        p = subprocess.run([exe], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600, cwd=chtest.ROOT)
+        p = subprocess.run([exe] + UNIT_ARGS.get(base, []), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=600, cwd=chtest.ROOT)
         out = p.stdout.decode(errors="replace")
         seen = 0
         for line in out.splitlines():

@@ -55,3 +55,21 @@ def test_systhreads_sites():
     assert len(truth) >= 4, out
     for site, (kind, words) in truth.items():
         check_binomial(rep.samples_at(site, kind), words, rate, site)
+
+
+def test_major_agrees_with_in_process_memprof():
+    """The same program runs Gc.Memprof itself at the same rate: both sample
+    the same words independently, so per site the two counts n1, n2 are
+    independent binomials of one mean; (n1 - n2) / sqrt(n1 + n2) is then
+    approximately standard normal (two-sample test)."""
+    import math
+    import re
+    rate = 1e-3
+    rc, out, rep, err = record_launch([fixture("alloc_major"), "memprof=%g" % rate], rate)
+    assert rc == 0, err
+    mp = {m.group(1): int(m.group(2)) for m in re.finditer(r"^MEMPROF (\S+) (\d+)$", out, re.M)}
+    assert set(mp) == {"Alloc_major.site_a", "Alloc_major.site_b"}, out
+    for site, n2 in mp.items():
+        n1 = rep.samples_at(site, "major")
+        z = (n1 - n2) / math.sqrt(n1 + n2)
+        assert abs(z) <= chtest.Z, "%s: camlheap %d vs Gc.Memprof %d samples (z = %.2f)" % (site, n1, n2, z)

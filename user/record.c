@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
@@ -320,6 +321,14 @@ int record_run(const struct record_opts *o)
 		describe_status(status, reason, sizeof(reason));
 	}
 
+	{
+		struct rusage ru;
+
+		getrusage(RUSAGE_SELF, &ru);
+		meta.cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+			     (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+		meta.max_rss_mib = (double)ru.ru_maxrss / 1024.0;
+	}
 	meta.pid = t.pid;
 	meta.exe = t.exe;
 	meta.ocaml_version = t.rt.version;

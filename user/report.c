@@ -91,6 +91,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		p->samples, p->events, c[CH_CNT_DROPPED], c[CH_CNT_DROPPED_SAMPLES]);
 	fprintf(out, "sampler     %s; %u/%u probes on emulated instructions\n", m->sampler_mode,
 		m->probes_emulated, m->probes_total);
+	fprintf(out, "profiler    camlheap used %.2f s of CPU, peak RSS %.1f MiB\n", m->cpu_s, m->max_rss_mib);
 	for (int k = CH_KIND_MAJOR; k < CH_KIND__COUNT; k++)
 		total += est_bytes(p, p->samples_by_kind[k]);
 	fprintf(out, "allocated   estimated %s: major %s, custom %s, unmarshal %s\n",

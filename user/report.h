@@ -31,6 +31,8 @@ struct report_meta {
 	unsigned probes_emulated;      /* probes on kernel-emulated instructions */
 	unsigned probes_total;
 	uint64_t counters[CH_CNT__COUNT]; /* BPF counters (enum ch_counter) */
+	double cpu_s;                  /* camlheap's own CPU time (user + system), seconds */
+	double max_rss_mib;            /* camlheap's own peak resident set, MiB */
 	int top;                       /* sites shown in the text report */
 };
 
