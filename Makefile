@@ -83,7 +83,12 @@ $(BUILD)/fixtures/hello_byte.byte $(BUILD)/fixtures/hello_byte.custom: tests/fix
 	cd $(BUILD)/fixtures/obj-byte && ocamlc unix.cma hello_byte.ml -o ../hello_byte.byte && \
 	  ocamlc -custom unix.cma hello_byte.ml -o ../hello_byte.custom
 
-fixtures: $(FIXTURES) $(BUILD)/fixtures/hello_byte.byte
+# A Dynlink plugin for the dynhost fixture, compiled against its interface.
+$(BUILD)/fixtures/dynplug.cmxs: tests/fixtures/plugin/dynplug.ml $(BUILD)/fixtures/dynhost
+	cp $< $(BUILD)/fixtures/obj-dynhost/
+	cd $(BUILD)/fixtures/obj-dynhost && $(OCAMLOPT) -g -shared dynplug.ml -o ../dynplug.cmxs
+
+fixtures: $(FIXTURES) $(BUILD)/fixtures/hello_byte.byte $(BUILD)/fixtures/dynplug.cmxs
 
 $(BUILD)/tests/unit_%: tests/unit_%.c $(USER_OBJS)
 	@mkdir -p $(@D)

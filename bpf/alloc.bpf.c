@@ -228,3 +228,30 @@ int BPF_KPROBE(on_track_interned, __u64 block_hp, __u64 blockend_hp)
 	on_words(CH_KIND_UNMARSHAL, block_hp + 8, (blockend_hp - block_hp) / 8);
 	return 0;
 }
+
+/* caml_register_frametable(intnat *table): Dynlink is loading a plugin whose
+ * code runs next.  Tell user space at once (forced wakeup) so that it loads
+ * the plugin's descriptors; walks through plugin code before it has done so
+ * end as "unknown pc" and are counted, never guessed. */
+SEC("uprobe")
+int BPF_KPROBE(on_register_frametable, __u64 table)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct ch_sample_event *note;
+
+	if (!current_proc())
+		return 0;
+	note = bpf_ringbuf_reserve(&events, CH_EVENT_HEADER_BYTES, 0);
+	if (!note) {
+		count(CH_CNT_DROPPED, 1);
+		return 0;
+	}
+	__builtin_memset(note, 0, CH_EVENT_HEADER_BYTES);
+	note->kind = CH_NOTE_FRAMETABLE;
+	note->tgid = id >> 32;
+	note->tid = (__u32)id;
+	note->block_addr = table;
+	note->time_ns = bpf_ktime_get_ns();
+	bpf_ringbuf_submit(note, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}

@@ -12,7 +12,8 @@
  * No frame pointers and no DWARF CFI are needed.  Frame sizes come from the
  * `frametable` map that user space fills from the executable's
  * caml_frametable, keyed by link-time return address (pc - load_bias), so one
- * table serves every process of the binary.
+ * table serves every process of the binary; Dynlink plugins' descriptors are
+ * in `frametable_rt`, keyed by runtime address.
  *
  * The walk never guesses: an address without a descriptor ends it
  * (CH_TERM_UNKNOWN_PC) and is not recorded.
@@ -31,6 +32,14 @@ struct {
 	__type(key, struct ch_frame_key);
 	__type(value, struct ch_frame_val);
 } frametable SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 20);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ch_frame_key);
+	__type(value, struct ch_frame_val);
+} frametable_rt SEC(".maps");
 
 struct ocaml_walk {
 	struct ch_sample_event *ev;
@@ -66,6 +75,10 @@ static long unwind_step(__u32 i, void *data)
 	if (i >= CH_MAX_FRAMES)
 		return 1;
 	d = bpf_map_lookup_elem(&frametable, &key);
+	if (!d) {
+		key.retaddr = u->pc;
+		d = bpf_map_lookup_elem(&frametable_rt, &key);
+	}
 	if (!d) {
 		u->term = CH_TERM_UNKNOWN_PC;
 		return 1;

@@ -32,6 +32,11 @@ enum ch_alloc_kind {
 	CH_KIND__COUNT
 };
 
+/* Ring-buffer records whose `kind` is this are notes, not samples: the
+ * target called caml_register_frametable (Dynlink loaded a plugin), so user
+ * space rescans its mappings and loads the new frame descriptors. */
+#define CH_NOTE_FRAMETABLE 0x80
+
 /* Why an in-kernel stack walk ended (ARCHITECTURE.md §5). */
 enum ch_stack_term {
 	CH_TERM_CLEAN = 0,      /* reached the last callback context (bottom_of_stack == NULL) */
@@ -68,9 +73,11 @@ struct ch_proc {
 	__s64 next_sample_words;    /* memprof's next_rand_geom: words before the next sampled word */
 };
 
-/* Map `frametable`: key = link-time return address (pc - load_bias), value:
- * frame size in bytes as stored in the frame descriptor (low two bits are
- * flags; 0xFFFF marks the return into C of a callback). */
+/* Map `frametable`: key = link-time return address (pc - load_bias) of the
+ * executable's descriptors; map `frametable_rt`: key = runtime return
+ * address, for the descriptors of plugins (.cmxs), which each have their own
+ * bias.  Value: frame size in bytes as stored in the frame descriptor (low
+ * two bits are flags; 0xFFFF marks the return into C of a callback). */
 struct ch_frame_key {
 	__u64 retaddr;
 };

@@ -55,6 +55,8 @@ def site_lines(site):
     """Source line numbers of the '(* SITE:name *)' markers for Module.name."""
     mod, fn = site.split(".", 1)
     path = os.path.join(FIXTURE_SRC, mod[0].lower() + mod[1:] + ".ml")
+    if not os.path.exists(path):
+        path = os.path.join(FIXTURE_SRC, "plugin", mod[0].lower() + mod[1:] + ".ml")
     lines = []
     with open(path) as f:
         for i, line in enumerate(f, 1):
@@ -171,9 +173,23 @@ class Waiting:
         assert m, "fixture %s did not print READY: %r" % (name, line)
         self.pid = int(m.group(1))
 
-    def release(self):
+    def line(self):
+        """Send one line (a fixture waiting on stdin goes on)."""
         self.proc.stdin.write(b"go\n")
         self.proc.stdin.flush()
+
+    def expect(self, text, timeout=60):
+        """Read the fixture's stdout up to a line equal to `text`."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            line = self.proc.stdout.readline().decode()
+            assert line, "fixture ended before printing %r" % text
+            if line.strip() == text:
+                return
+        raise AssertionError("fixture did not print %r" % text)
+
+    def release(self):
+        self.line()
         self.proc.stdin.close()
         self.proc.stdin = None
 
@@ -194,9 +210,13 @@ class Recorder:
         self.stderr = b""
 
     def wait_attached(self, timeout=60):
+        self.wait_stderr(b"probes attached", timeout)
+
+    def wait_stderr(self, text, timeout=60):
+        """Wait until camlheap's stderr contains `text` (bytes)."""
         deadline = time.time() + timeout
         fd = self.proc.stderr.fileno()
-        while b"probes attached" not in self.stderr:
+        while text not in self.stderr:
             left = deadline - time.time()
             assert left > 0, "camlheap did not attach: %r" % self.stderr
             r, _, _ = select.select([fd], [], [], left)

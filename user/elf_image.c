@@ -694,3 +694,14 @@ int elf_image_find_ocaml_version(const struct elf_image *img, char *buf, size_t 
 	}
 	return -ENOENT;
 }
+
+int elf_image_first_load(const struct elf_image *img, uint64_t *file_off, uint64_t *vaddr)
+{
+	if (!img->nsegs)
+		return -ENOENT;
+	/* segs[] keeps the PT_LOAD program-header order, ascending by vaddr
+	 * (the ELF spec requires it) */
+	*file_off = img->segs[0].offset & ~0xfffULL;
+	*vaddr = img->segs[0].vaddr & ~0xfffULL;
+	return 0;
+}

@@ -58,6 +58,11 @@ const struct elf_symbol *elf_image_symbol_nth(const struct elf_image *img, size_
  * from the file. */
 int elf_image_vaddr_to_offset(const struct elf_image *img, uint64_t vaddr, uint64_t *file_off);
 
+/* Page-aligned file offset and vaddr of the first PT_LOAD segment: the
+ * mapping of that file offset in /proc/PID/maps starts at vaddr + bias.
+ * Returns 0 or -ENOENT. */
+int elf_image_first_load(const struct elf_image *img, uint64_t *file_off, uint64_t *vaddr);
+
 /* True if `vaddr` lies in an executable PT_LOAD segment. */
 bool elf_image_is_code(const struct elf_image *img, uint64_t vaddr);
 

@@ -146,6 +146,29 @@ static int frametable_descr_cmp(const void *a, const void *b)
 	return x->descr_vaddr < y->descr_vaddr ? -1 : x->descr_vaddr > y->descr_vaddr;
 }
 
+/* Sort, drop duplicate return addresses and count, once all tables are in. */
+static void frametable_finish(struct frametable *ft)
+{
+	qsort(ft->descrs, ft->count, sizeof(*ft->descrs), frametable_descr_cmp);
+	/* The runtime's hash table keeps one descriptor per return address
+	 * (roots_nat.c fill_hashtable); so do we. */
+	if (ft->count) {
+		size_t w = 1;
+
+		for (size_t r = 1; r < ft->count; r++)
+			if (ft->descrs[r].retaddr != ft->descrs[w - 1].retaddr)
+				ft->descrs[w++] = ft->descrs[r];
+		ft->count = w;
+	}
+	for (size_t i = 0; i < ft->count; i++) {
+		const struct frame_descr *d = &ft->descrs[i];
+
+		ft->num_return_to_c += d->frame_size == 0xFFFF;
+		ft->num_with_allocs += d->frame_size != 0xFFFF && (d->frame_size & 2);
+		ft->num_with_debuginfo += d->has_debuginfo;
+	}
+}
+
 int frametable_load(const struct elf_image *img, struct frametable **out)
 {
 	const struct elf_symbol *sym = elf_image_symbol(img, "caml_frametable");
@@ -178,24 +201,7 @@ int frametable_load(const struct elf_image *img, struct frametable **out)
 		ft->num_tables++;
 	}
 
-	qsort(ft->descrs, ft->count, sizeof(*ft->descrs), frametable_descr_cmp);
-	/* The runtime's hash table keeps one descriptor per return address
-	 * (roots_nat.c fill_hashtable); so do we. */
-	if (ft->count) {
-		size_t w = 1;
-
-		for (size_t r = 1; r < ft->count; r++)
-			if (ft->descrs[r].retaddr != ft->descrs[w - 1].retaddr)
-				ft->descrs[w++] = ft->descrs[r];
-		ft->count = w;
-	}
-	for (size_t i = 0; i < ft->count; i++) {
-		const struct frame_descr *d = &ft->descrs[i];
-
-		ft->num_return_to_c += d->frame_size == 0xFFFF;
-		ft->num_with_allocs += d->frame_size != 0xFFFF && (d->frame_size & 2);
-		ft->num_with_debuginfo += d->has_debuginfo;
-	}
+	frametable_finish(ft);
 	*out = ft;
 	return 0;
 fail:
@@ -332,4 +338,48 @@ int frametable_locations(const struct frametable *ft, const struct frame_descr *
 		dbg += 8;
 	}
 	return n;
+}
+
+static int frametable_is_unit_table(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (strncmp(name, "caml", 4) || !strcmp(name, "caml_frametable"))
+		return 0;
+	return (n > 12 && !strcmp(name + n - 12, "__frametable")) || (n > 11 && !strcmp(name + n - 11, ".frametable"));
+}
+
+int frametable_load_units(const struct elf_image *img, struct frametable **out)
+{
+	struct frametable *ft;
+	size_t cap = 0;
+	int err = 0;
+
+	*out = NULL;
+	ft = calloc(1, sizeof(*ft));
+	if (!ft)
+		return -ENOMEM;
+	ft->img = img;
+	for (size_t i = 0;; i++) {
+		const struct elf_symbol *sym = elf_image_symbol_nth(img, i);
+
+		if (!sym)
+			break;
+		if (!sym->vaddr || !frametable_is_unit_table(sym->name))
+			continue;
+		err = frametable_parse_table(ft, &cap, sym->vaddr);
+		if (err)
+			goto fail;
+		ft->num_tables++;
+	}
+	if (!ft->num_tables) {
+		err = -ENOENT;
+		goto fail;
+	}
+	frametable_finish(ft);
+	*out = ft;
+	return 0;
+fail:
+	frametable_free(ft);
+	return err;
 }

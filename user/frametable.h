@@ -63,6 +63,14 @@ struct ocaml_location {
 int frametable_load(const struct elf_image *img, struct frametable **out);
 void frametable_free(struct frametable *ft);
 
+/* Parse the per-unit tables of a shared object that has no caml_frametable:
+ * a Dynlink plugin (.cmxs), whose every compilation unit exports
+ * caml<Unit>__frametable (5.x: caml<Unit>.frametable), the symbols
+ * caml_natdynlink_run passes to caml_register_frametable (4.13.1
+ * runtime/natdynlink.c).  Same result and errors as frametable_load;
+ * -ENOENT when there is no such symbol (not an OCaml plugin). */
+int frametable_load_units(const struct elf_image *img, struct frametable **out);
+
 /* Descriptor whose retaddr equals `retaddr` exactly (binary search), or NULL. */
 const struct frame_descr *frametable_find(const struct frametable *ft, uint64_t retaddr);
 

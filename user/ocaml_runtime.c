@@ -10,6 +10,12 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_TRACK_ALLOC_SHR] = "caml_memprof_track_alloc_shr",
 	[OCAML_PROBE_TRACK_CUSTOM] = "caml_memprof_track_custom",
 	[OCAML_PROBE_TRACK_INTERNED] = "caml_memprof_track_interned",
+	[OCAML_PROBE_REGISTER_FRAMETABLE] = "caml_register_frametable",
+};
+
+/* Without it only plugins' frames are lost (walks end "unknown pc"). */
+static const bool probe_optional[OCAML_PROBE__COUNT] = {
+	[OCAML_PROBE_REGISTER_FRAMETABLE] = true,
 };
 
 bool ocaml_runtime_insn_emulated(const uint8_t *c, size_t len)
@@ -144,7 +150,9 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 	else
 		rt->caml_state_sym = cs->vaddr;
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
-		if (plan_probe(img, probe_symbols[i], &rt->probes[i]) < 0) {
+		if (plan_probe(img, probe_symbols[i], &rt->probes[i]) == 0)
+			rt->probes[i].present = true;
+		else if (!probe_optional[i]) {
 			strncat(missing, " ", sizeof(missing) - strlen(missing) - 1);
 			strncat(missing, probe_symbols[i], sizeof(missing) - strlen(missing) - 1);
 		}

@@ -15,6 +15,7 @@ enum ocaml_probe {
 	OCAML_PROBE_TRACK_ALLOC_SHR = 0, /* caml_memprof_track_alloc_shr(value block) */
 	OCAML_PROBE_TRACK_CUSTOM,        /* caml_memprof_track_custom(value block, mlsize_t bytes) */
 	OCAML_PROBE_TRACK_INTERNED,      /* caml_memprof_track_interned(header_t *block, header_t *end) */
+	OCAML_PROBE_REGISTER_FRAMETABLE, /* caml_register_frametable(intnat *table): Dynlink (optional) */
 	OCAML_PROBE__COUNT
 };
 
@@ -24,6 +25,7 @@ struct ocaml_probe_point {
 	uint64_t file_offset;  /* what the uprobe takes */
 	unsigned skipped;      /* bytes skipped past the entry to reach an emulated instruction */
 	bool emulated;         /* the kernel emulates the instruction (push/call/jmp/jcc/nop) */
+	bool present;          /* planned; false only for an optional probe whose symbol is absent */
 };
 
 struct ocaml_runtime {

@@ -15,7 +15,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gelf.h>
 
 int proc_exe_path(pid_t pid, char *buf, size_t len)
 {
@@ -50,36 +49,6 @@ int proc_is_process(pid_t pid)
 	return tgid == pid;
 }
 
-/* p_offset and p_vaddr (page-aligned down) of the first PT_LOAD: the
- * mapping with that file offset starts at that vaddr + bias. */
-static int first_load(const struct elf_image *img, uint64_t *off, uint64_t *vaddr)
-{
-	int fd = open(elf_image_path(img), O_RDONLY | O_CLOEXEC), ret = -ENOENT;
-	size_t n = 0;
-	Elf *e;
-
-	if (fd < 0)
-		return -errno;
-	elf_version(EV_CURRENT);
-	e = elf_begin(fd, ELF_C_READ, NULL);
-	if (e && elf_getphdrnum(e, &n) == 0) {
-		for (size_t i = 0; i < n; i++) {
-			GElf_Phdr ph;
-
-			if (!gelf_getphdr(e, i, &ph) || ph.p_type != PT_LOAD)
-				continue;
-			*off = ph.p_offset & ~0xfffULL;
-			*vaddr = ph.p_vaddr & ~0xfffULL;
-			ret = 0;
-			break;
-		}
-	}
-	if (e)
-		elf_end(e);
-	close(fd);
-	return ret;
-}
-
 int proc_load_bias(pid_t pid, const struct elf_image *img, uint64_t *bias)
 {
 	char path[64], line[4096];
@@ -88,7 +57,7 @@ int proc_load_bias(pid_t pid, const struct elf_image *img, uint64_t *bias)
 	uint64_t want_off = 0, want_vaddr = 0;
 	int ret = -ENOENT;
 
-	if (first_load(img, &want_off, &want_vaddr) < 0)
+	if (elf_image_first_load(img, &want_off, &want_vaddr) < 0)
 		return -ENOENT;
 	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
 	if (stat(path, &st) < 0)

@@ -35,14 +35,13 @@ static void stack_free(gpointer v)
 	free(s);
 }
 
-struct profile *profile_new(double rate, uint64_t load_bias)
+struct profile *profile_new(double rate)
 {
 	struct profile *p = calloc(1, sizeof(*p));
 
 	if (!p)
 		return NULL;
 	p->rate = rate;
-	p->load_bias = load_bias;
 	p->stacks = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL, stack_free);
 	p->sites = g_hash_table_new_full(site_key_hash, site_key_equal, free, free);
 	return p;
@@ -75,7 +74,7 @@ static void profile_add_stack(struct profile *p, const struct ch_sample_event *e
 		return;
 	}
 	for (uint32_t i = 0; i < ev->nframes; i++)
-		st->frames[i] = ev->frames[i] - p->load_bias;
+		st->frames[i] = ev->frames[i];
 	/* the key points into the value, which lives as long as the entry */
 	g_hash_table_insert(p->stacks, &st->id, st);
 }

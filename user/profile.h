@@ -1,8 +1,7 @@
 /* profile.h -- the aggregate a recording builds from sample events: the
  * stacks seen (by stack id) and the allocation sites, one per (kind,
- * callstack), with their sample counts.  Addresses are link-time (the load
- * bias is subtracted at intake), so a profile does not depend on where the
- * process mapped the executable.
+ * callstack), with their sample counts.  Frames are the runtime return
+ * addresses the kernel walked; modules.h maps them to source.
  */
 #ifndef CH_PROFILE_H
 #define CH_PROFILE_H
@@ -16,7 +15,7 @@ struct profile_stack {
 	uint64_t id;
 	uint32_t nframes;
 	uint8_t term;          /* enum ch_stack_term */
-	uint64_t *frames;      /* link-time return addresses, leaf first */
+	uint64_t *frames;      /* runtime return addresses, leaf first */
 };
 
 struct profile_site {
@@ -30,7 +29,6 @@ struct profile_site {
 
 struct profile {
 	double rate;           /* lambda, samples per word */
-	uint64_t load_bias;
 	uint64_t events, samples;
 	uint64_t samples_by_kind[CH_KIND__COUNT];
 	uint64_t walks_by_term[CH_TERM__COUNT]; /* one per event */
@@ -41,7 +39,7 @@ struct profile {
 };
 
 /* Returns a new empty profile, or NULL on allocation failure. */
-struct profile *profile_new(double rate, uint64_t load_bias);
+struct profile *profile_new(double rate);
 void profile_free(struct profile *p);
 
 /* Account one ring-buffer event of `size` bytes (frames are read only if

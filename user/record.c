@@ -62,9 +62,30 @@ static int check_privileges(char *msg, size_t len)
 	return -EPERM;
 }
 
+struct intake {
+	struct profile *prof;
+	bool rescan; /* a plugin registered frame tables: read the mappings again */
+};
+
 static void on_event(void *ctx, const struct ch_sample_event *ev, size_t size)
 {
-	profile_add_event(ctx, ev, size);
+	struct intake *in = ctx;
+
+	if (ev->kind == CH_NOTE_FRAMETABLE)
+		in->rescan = true;
+	else
+		profile_add_event(in->prof, ev, size);
+}
+
+/* A new plugin: its descriptors go to the unwinder's runtime-address map. */
+static void on_plugin(void *ctx, const struct module *m)
+{
+	struct sampler *smp = ctx;
+
+	if (sampler_add_runtime_frames(smp, m->ft, m->bias) < 0)
+		fprintf(stderr, "camlheap: cannot load the frame tables of plugin %s\n", m->path);
+	else
+		fprintf(stderr, "camlheap: plugin %s: %zu frame descriptors loaded\n", m->path, m->ft->count);
 }
 
 static char *join_argv(char **argv)
@@ -110,6 +131,7 @@ struct target {
 	struct frametable *ft;
 	struct ocaml_runtime rt;
 	uint64_t bias;
+	struct modules mods;        /* owns img and ft once the target is inspected */
 };
 
 /* Everything about the target that can fail before any probe exists. */
@@ -157,6 +179,8 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 		return ret;
 	}
 	ret = proc_load_bias(t->pid, t->img, &t->bias);
+	if (ret == 0)
+		ret = modules_add_exe(&t->mods, t->pid, t->img, t->ft, t->bias);
 	if (ret < 0) {
 		snprintf(msg, len, "PID %d: cannot find where %s is mapped (/proc/%d/maps): %s", t->pid, t->exe,
 			 t->pid, strerror(-ret));
@@ -167,8 +191,12 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 
 static void target_release(struct target *t)
 {
-	frametable_free(t->ft);
-	elf_image_close(t->img);
+	if (t->mods.n) {
+		modules_free(&t->mods); /* owns img and ft */
+	} else {
+		frametable_free(t->ft);
+		elf_image_close(t->img);
+	}
 	t->ft = NULL;
 	t->img = NULL;
 }
@@ -176,25 +204,18 @@ static void target_release(struct target *t)
 /* Render the report into the already-open output (a temporary file until
  * committed).  Returns 0 or -errno. */
 static int write_report(const struct record_opts *o, struct outfile *out, const struct profile *prof,
-			const struct report_meta *meta, const struct target *t)
+			const struct report_meta *meta, struct target *t)
 {
-	struct symbolizer *sym = NULL;
 	int ret;
 
-	ret = symbolizer_open(t->img, t->ft, &sym);
-	if (ret < 0) {
-		outfile_abort(out);
-		return ret;
-	}
 	if (o->format == REPORT_COLLAPSED)
-		ret = report_write_collapsed(out->f, prof, sym);
+		ret = report_write_collapsed(out->f, prof, &t->mods);
 	else
-		ret = report_write_text(out->f, prof, meta, sym);
+		ret = report_write_text(out->f, prof, meta, &t->mods);
 	if (ret < 0)
 		outfile_abort(out);
 	else
 		ret = outfile_commit(out);
-	symbolizer_close(sym);
 	return ret;
 }
 
@@ -206,6 +227,7 @@ int record_run(const struct record_opts *o)
 	struct sampler *smp = NULL;
 	struct profile *prof = NULL;
 	struct outfile out;
+	struct intake intake = { 0 };
 	char msg[2048], reason[256] = "stopped";
 	char *command = NULL;
 	double t0 = now_s(), t_attached;
@@ -244,26 +266,31 @@ int record_run(const struct record_opts *o)
 	if (target_inspect(&t, msg, sizeof(msg)) < 0)
 		goto fail_target;
 
-	prof = profile_new(o->rate, t.bias);
+	prof = profile_new(o->rate);
+	intake.prof = prof;
 	if (!prof) {
 		snprintf(msg, sizeof(msg), "out of memory");
 		goto fail_target;
 	}
-	ret = sampler_open(&cfg, t.ft, on_event, prof, &smp, msg, sizeof(msg));
+	ret = sampler_open(&cfg, t.ft, on_event, &intake, &smp, msg, sizeof(msg));
 	if (ret < 0)
 		goto fail_target;
 	ret = sampler_attach(smp, t.pid, t.bias, &t.rt, t.proc_exe, msg, sizeof(msg));
 	if (ret < 0)
 		goto fail_target;
+	/* Plugins loaded before the caml_register_frametable probe existed
+	 * (attach mode): load them now; later ones arrive as notes. */
+	modules_scan(&t.mods, t.pid, on_plugin, smp);
 	if (t.launched && proc_launch_release(t.pid) < 0) {
 		snprintf(msg, sizeof(msg), "cannot let PID %d run (ptrace detach: %s)", t.pid, strerror(errno));
 		goto fail_target;
 	}
 	t_attached = now_s();
 	meta.attach_s = t_attached - t0;
-	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
-		meta.probes_emulated += t.rt.probes[i].emulated;
-	meta.probes_total = OCAML_PROBE__COUNT;
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
+		meta.probes_emulated += t.rt.probes[i].present && t.rt.probes[i].emulated;
+		meta.probes_total += t.rt.probes[i].present;
+	}
 	fprintf(stderr, "camlheap: recording PID %d (%s, OCaml %s) at rate %g; %u probes attached in %.3f s%s\n",
 		t.pid, t.exe, t.rt.version, o->rate, meta.probes_total, meta.attach_s,
 		o->duration_s > 0 ? "" : "; stop with Ctrl-C");
@@ -294,6 +321,10 @@ int record_run(const struct record_opts *o)
 		}
 		poll(fds, 4, 100);
 		sampler_consume(smp);
+		if (intake.rescan) {
+			intake.rescan = false;
+			modules_scan(&t.mods, t.pid, on_plugin, smp);
+		}
 		if (fds[0].revents & POLLIN) {
 			struct signalfd_siginfo si;
 
@@ -315,6 +346,8 @@ int record_run(const struct record_opts *o)
 	sampler_detach(smp);
 	sampler_consume(smp);
 	sampler_counters(smp, meta.counters);
+	for (size_t i = 0; i < t.mods.n; i++)
+		meta.plugins += !t.mods.v[i].is_exe && t.mods.v[i].ft;
 	meta.duration_s = now_s() - t_attached;
 	if (t.launched && waitpid(t.pid, &status, WNOHANG) == t.pid) {
 		reaped = true;

@@ -47,12 +47,12 @@ static double est_bytes(const struct profile *p, uint64_t samples)
 	return profile_estimate_words(p, samples) * 8.0;
 }
 
-static void print_frames(FILE *out, const struct profile_stack *st, struct symbolizer *sym)
+static void print_frames(FILE *out, const struct profile_stack *st, struct modules *mods)
 {
 	struct sym_frame fr[MAX_INLINE];
 
 	for (uint32_t i = 0; i < st->nframes; i++) {
-		int n = symbolizer_lookup(sym, st->frames[i], 0, fr, MAX_INLINE, NULL);
+		int n = modules_lookup(mods, st->frames[i], 0, fr, MAX_INLINE);
 
 		for (int j = 0; j < n; j++) {
 			fprintf(out, "      %s", fr[j].function);
@@ -69,7 +69,7 @@ static void print_frames(FILE *out, const struct profile_stack *st, struct symbo
 		fprintf(out, "      [stack walk ended: %s]\n", term_names[st->term]);
 }
 
-int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct symbolizer *sym)
+int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
 {
 	const struct profile_site **sites = NULL;
 	size_t nsites = profile_sites_sorted(p, &sites);
@@ -89,8 +89,8 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	fprintf(out, "samples     %" PRIu64 " in %" PRIu64 " sampled blocks; dropped events %" PRIu64 " (%" PRIu64
 		     " samples)\n",
 		p->samples, p->events, c[CH_CNT_DROPPED], c[CH_CNT_DROPPED_SAMPLES]);
-	fprintf(out, "sampler     %s; %u/%u probes on emulated instructions\n", m->sampler_mode,
-		m->probes_emulated, m->probes_total);
+	fprintf(out, "sampler     %s; %u/%u probes on emulated instructions; %u Dynlink plugins\n",
+		m->sampler_mode, m->probes_emulated, m->probes_total, m->plugins);
 	fprintf(out, "profiler    camlheap used %.2f s of CPU, peak RSS %.1f MiB\n", m->cpu_s, m->max_rss_mib);
 	for (int k = CH_KIND_MAJOR; k < CH_KIND__COUNT; k++)
 		total += est_bytes(p, p->samples_by_kind[k]);
@@ -133,14 +133,14 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 				s->stack->term == CH_TERM_UNKNOWN_PC ? "allocated by the runtime before or outside OCaml code"
 								     : term_names[s->stack->term]);
 		else
-			print_frames(out, s->stack, sym);
+			print_frames(out, s->stack, mods);
 	}
 	free(sites);
 	return ferror(out) ? -EIO : 0;
 }
 
 /* Collapsed line key: the frames root first. */
-static char *collapsed_key(const struct profile_site *s, struct symbolizer *sym)
+static char *collapsed_key(const struct profile_site *s, struct modules *mods)
 {
 	GString *g = g_string_new(NULL);
 	struct sym_frame fr[MAX_INLINE];
@@ -152,7 +152,7 @@ static char *collapsed_key(const struct profile_site *s, struct symbolizer *sym)
 	if (s->stack->term != CH_TERM_CLEAN)
 		g_string_append_printf(g, "[truncated: %s]", term_names[s->stack->term]);
 	for (int64_t i = (int64_t)s->stack->nframes - 1; i >= 0; i--) {
-		int n = symbolizer_lookup(sym, s->stack->frames[i], 0, fr, MAX_INLINE, NULL);
+		int n = modules_lookup(mods, s->stack->frames[i], 0, fr, MAX_INLINE);
 
 		/* fr[] is innermost first; root-first order reverses it */
 		for (int j = n - 1; j >= 0; j--) {
@@ -172,7 +172,7 @@ static int str_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int report_write_collapsed(FILE *out, const struct profile *p, struct symbolizer *sym)
+int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods)
 {
 	const struct profile_site **sites = NULL;
 	size_t nsites = profile_sites_sorted(p, &sites);
@@ -183,7 +183,7 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct symbolizer
 	size_t n = 0;
 
 	for (size_t i = 0; i < nsites; i++) {
-		char *key = collapsed_key(sites[i], sym);
+		char *key = collapsed_key(sites[i], mods);
 		uint64_t *samples = g_hash_table_lookup(lines, key);
 
 		if (!samples) {

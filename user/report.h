@@ -10,7 +10,7 @@
 
 #include "camlheap.h"
 #include "profile.h"
-#include "symbolize.h"
+#include "modules.h"
 
 enum report_format {
 	REPORT_TEXT = 0,
@@ -29,6 +29,7 @@ struct report_meta {
 	double attach_s;               /* from start to probes attached, seconds */
 	unsigned max_frames;
 	unsigned probes_emulated;      /* probes on kernel-emulated instructions */
+	unsigned plugins;              /* Dynlink plugins whose frame tables were loaded */
 	unsigned probes_total;
 	uint64_t counters[CH_CNT__COUNT]; /* BPF counters (enum ch_counter) */
 	double cpu_s;                  /* camlheap's own CPU time (user + system), seconds */
@@ -41,13 +42,13 @@ struct report_meta {
  * dropped events, sampler mode, stack-walk terminations); then the `top`
  * sites by estimated bytes, each with samples, a 95 % interval and its full
  * callstack.  Returns 0 or -EIO. */
-int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct symbolizer *sym);
+int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods);
 
 /* Write collapsed stacks: one line per distinct callstack (all kinds
  * summed), frames root first separated by ';', each "Module.function"
  * (inlined frames expanded), a space, and the estimated allocated bytes as
  * an integer.  Returns 0 or -EIO. */
-int report_write_collapsed(FILE *out, const struct profile *p, struct symbolizer *sym);
+int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods);
 
 /* Human-readable byte count ("1.5 MiB") into buf. */
 const char *report_format_bytes(double bytes, char *buf, size_t len);

@@ -74,9 +74,8 @@ static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list 
 	return 0;
 }
 
-static int fill_frametable(struct sampler *s, const struct frametable *ft)
+static int fill_frametable(int fd, const struct frametable *ft, uint64_t bias)
 {
-	int fd = bpf_map__fd(s->skel->maps.frametable);
 	size_t batch = 4096;
 	struct ch_frame_key *keys = calloc(batch, sizeof(*keys));
 	struct ch_frame_val *vals = calloc(batch, sizeof(*vals));
@@ -90,7 +89,7 @@ static int fill_frametable(struct sampler *s, const struct frametable *ft)
 		__u32 n = 0;
 
 		for (size_t j = i; j < ft->count && j < i + batch; j++, n++) {
-			keys[n].retaddr = ft->descrs[j].retaddr;
+			keys[n].retaddr = ft->descrs[j].retaddr + bias;
 			vals[n].frame_size = ft->descrs[j].frame_size;
 		}
 		if (bpf_map_update_batch(fd, keys, vals, &n, NULL) < 0) {
@@ -167,7 +166,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 				 strerror(-ret));
 		goto fail;
 	}
-	ret = fill_frametable(s, ft);
+	ret = fill_frametable(bpf_map__fd(s->skel->maps.frametable), ft, 0);
 	if (ret) {
 		snprintf(err, errlen, "cannot fill the frame-table map (%zu descriptors): %s", ft->count,
 			 strerror(-ret));
@@ -198,6 +197,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_TRACK_ALLOC_SHR] = s->skel->progs.on_track_alloc_shr,
 		[OCAML_PROBE_TRACK_CUSTOM] = s->skel->progs.on_track_custom,
 		[OCAML_PROBE_TRACK_INTERNED] = s->skel->progs.on_track_interned,
+		[OCAML_PROBE_REGISTER_FRAMETABLE] = s->skel->progs.on_register_frametable,
 	};
 	struct ch_proc proc = {
 		.load_bias = load_bias,
@@ -219,6 +219,8 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
 		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = false);
 
+		if (!rt->probes[i].present)
+			continue;
 		s->links[i] = bpf_program__attach_uprobe_opts(progs[i], pid, exe, rt->probes[i].file_offset, &opts);
 		if (!s->links[i]) {
 			int e = errno;
@@ -232,6 +234,11 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		}
 	}
 	return 0;
+}
+
+int sampler_add_runtime_frames(struct sampler *s, const struct frametable *ft, uint64_t bias)
+{
+	return fill_frametable(bpf_map__fd(s->skel->maps.frametable_rt), ft, bias);
 }
 
 void sampler_detach(struct sampler *s)

@@ -37,6 +37,10 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
 		   const char *exe, char *err, size_t errlen);
 
+/* Add the descriptors of a plugin mapped with load bias `bias` to the
+ * unwinder's runtime-address map.  Returns 0 or -errno. */
+int sampler_add_runtime_frames(struct sampler *s, const struct frametable *ft, uint64_t bias);
+
 /* Detach every uprobe (the target runs on untouched); events already in the
  * ring buffer can still be consumed. */
 void sampler_detach(struct sampler *s);

@@ -1,0 +1,50 @@
+"""Dynlink plugins (.cmxs): their frame tables are loaded when the target
+registers them (caml_register_frametable), or at attach if already loaded,
+so stacks through plugin code walk cleanly and name the plugin's sources."""
+import chtest
+from chtest import Recorder, Waiting, check_binomial, fixture
+
+PLUGIN = fixture("dynplug.cmxs")
+
+
+def _check(rep, out, rate):
+    sites = rep.sites_at("Dynplug.plugin_site", "major")
+    assert sites, rep.text[:3000]
+    for s in sites:
+        names = [f["function"] for f in s["frames"]]
+        assert s["end"] is None, "walk through the plugin ended: %s: %s" % (s["end"], names)
+        assert names[-1] == "caml_start_program" and "Dynlink.Native.run.(fun)" in names and "Dynhost" in names, names
+        line = chtest.site_lines("Dynplug.plugin_site")
+        assert s["frames"][0]["line"] in line and s["frames"][0]["file"].endswith("dynplug.ml"), s["frames"][0]
+    truth = chtest.parse_truth(out)
+    check_binomial(sum(s["samples"] for s in sites), truth["Dynplug.plugin_site"][1], rate, "plugin_site")
+    assert "1 Dynlink plugins" in rep.header.get("sampler", ""), rep.header.get("sampler")
+
+
+def test_plugin_loaded_while_recording():
+    rate = 1e-3
+    w = Waiting("dynhost", [PLUGIN, "n=5000"])
+    r = Recorder(w.pid, rate)
+    r.wait_attached()
+    w.line()                   # load the plugin
+    w.expect("LOADED")         # its initialisation runs, then waits
+    r.wait_stderr(b"dynplug.cmxs: ")  # camlheap has its frame descriptors
+    w.release()                # the plugin allocates
+    frc, out, _ = w.finish()
+    rc, rep, err = r.finish()
+    assert frc == 0 and rc == 0, err
+    _check(rep, out, rate)
+
+
+def test_attach_after_plugin_loaded():
+    rate = 1e-3
+    w = Waiting("dynhost", [PLUGIN, "n=5000"])
+    w.line()
+    w.expect("LOADED")
+    r = Recorder(w.pid, rate)
+    r.wait_attached()
+    w.release()
+    frc, out, _ = w.finish()
+    rc, rep, err = r.finish()
+    assert frc == 0 and rc == 0, err
+    _check(rep, out, rate)
