@@ -11,7 +11,7 @@
  *
  * Counts are never hard-coded: they are recomputed by a second, deliberately
  * literal walk of the tables (the runtime's own next_frame_descr) and, when
- * /work/shared/tools/ocaml_bininfo.py (or $CAMLHEAP_BININFO) is present,
+ * ../shared/tools/ocaml_bininfo.py (or $CAMLHEAP_BININFO) is present,
  * compared with that independent pyelftools reader.
  *
  * Prints "PASS <name>" or "FAIL <name>: <reason>" per check; exits 1 if any
@@ -36,7 +36,7 @@
 #include "symbolize.h"
 
 #define DEFAULT_OCAMLOPT "/usr/bin/ocamlopt.opt"
-#define DEFAULT_BININFO "/work/shared/tools/ocaml_bininfo.py"
+#define DEFAULT_BININFO "../shared/tools/ocaml_bininfo.py" /* beside the repository; tests run from its top */
 #define MAX_LOCS 32
 
 static int failures;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -132,7 +133,23 @@ struct target {
 	struct ocaml_runtime rt;
 	uint64_t bias;
 	struct modules mods;        /* owns img and ft once the target is inspected */
+	struct stat exe_st;         /* identity of the executable at attach */
+	char exe_now[4096];         /* after an exec: what runs now */
 };
+
+/* True once the target runs another executable than the one probed. */
+static bool target_exec_changed(struct target *t)
+{
+	struct stat st;
+
+	if (stat(t->proc_exe, &st) < 0)
+		return false; /* gone: the pidfd says so */
+	if (st.st_dev == t->exe_st.st_dev && st.st_ino == t->exe_st.st_ino)
+		return false;
+	if (proc_exe_path(t->pid, t->exe_now, sizeof(t->exe_now)) < 0)
+		snprintf(t->exe_now, sizeof(t->exe_now), "another program");
+	return true;
+}
 
 /* Everything about the target that can fail before any probe exists. */
 static int target_inspect(struct target *t, char *msg, size_t len)
@@ -162,6 +179,10 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 		return ret;
 	}
 	snprintf(t->proc_exe, sizeof(t->proc_exe), "/proc/%d/exe", t->pid);
+	if (stat(t->proc_exe, &t->exe_st) < 0) {
+		snprintf(msg, len, "PID %d has no executable (exited, a zombie or a kernel thread)", t->pid);
+		return -ESRCH;
+	}
 	ret = elf_image_open(t->proc_exe, &t->img);
 	if (ret < 0) {
 		snprintf(msg, len, "PID %d runs %s, which %s", t->pid, t->exe,
@@ -336,6 +357,12 @@ int record_run(const struct record_opts *o)
 		}
 		if (fds[1].revents & POLLIN) {
 			snprintf(reason, sizeof(reason), "target exited");
+			break;
+		}
+		if (target_exec_changed(&t)) {
+			/* exec replaced the program: its uprobes went with the old
+			 * address space, so nothing more can be sampled */
+			snprintf(reason, sizeof(reason), "target called exec (now runs %.150s)", t.exe_now);
 			break;
 		}
 		if (fds[2].revents & POLLIN) {
