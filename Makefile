@@ -36,6 +36,8 @@ UNIT_BINS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 
 .PHONY: all deps test demo bench clean fixtures unit
 .DELETE_ON_ERROR:
+# BPF objects and skeletons are intermediate files of a chain: keep them.
+.SECONDARY: $(BPF_OBJS) $(SKELS)
 
 all: deps $(BUILD)/camlheap
 

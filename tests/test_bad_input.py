@@ -96,8 +96,16 @@ def test_missing_runtime_symbols():
 def test_missing_privileges():
     if os.geteuid() != 0:
         raise chtest.Skip("needs root to drop to an unprivileged user")
-    rc, out, err = _camlheap(["record", "--", fixture("exit_code")],
-                             preexec_fn=lambda: (os.setgroups([]), os.setgid(65534), os.setuid(65534)))
+    # a copy nobody can reach: the checkout may sit in a private directory
+    d = tmpdir()
+    os.chmod(d, 0o755)
+    exe = os.path.join(d, "camlheap")
+    shutil.copy(CAMLHEAP, exe)
+    os.chmod(exe, 0o755)
+    p = subprocess.run([exe, "record", "--", fixture("exit_code")], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                       preexec_fn=lambda: (os.setgroups([]), os.setgid(65534), os.setuid(65534)))
+    rc, err = p.returncode, p.stderr.decode()
     assert rc == 2 and "missing privileges" in err and "CAP_BPF" in err and "CAP_PERFMON" in err, (rc, err)
 
 
