@@ -127,6 +127,22 @@ static __always_inline __u32 sample_words(struct ch_proc *p, __u64 len)
 	return n > 0 ? (__u32)n : 0;
 }
 
+/* The offsets are per version (ocaml-runtime.md §3.4): check them on the
+ * live state, young_alloc_start <= young_ptr <= young_alloc_end (young_ptr is
+ * current inside the runtime, where every probe sits).  A failure is
+ * counted and the stack is not walked, so a wrong table cannot produce
+ * made-up frames. */
+static __always_inline int domain_state_plausible(__u64 caml_state)
+{
+	__u64 f[8];
+
+	if (bpf_probe_read_user(f, sizeof(f), (void *)caml_state))
+		return 0;
+	return f[CH_OCAML4_YOUNG_ALLOC_START / 8] <= f[CH_OCAML4_YOUNG_PTR / 8] &&
+	       f[CH_OCAML4_YOUNG_PTR / 8] <= f[CH_OCAML4_YOUNG_ALLOC_END / 8] &&
+	       f[CH_OCAML4_YOUNG_ALLOC_START / 8] < f[CH_OCAML4_YOUNG_ALLOC_END / 8];
+}
+
 static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 block, __u64 words, __u32 n)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -147,7 +163,7 @@ static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 bloc
 	ev->kind = kind;
 
 	if (bpf_probe_read_user(&caml_state, sizeof(caml_state), (void *)(p->caml_state_sym + p->load_bias)) ||
-	    !caml_state) {
+	    !caml_state || !domain_state_plausible(caml_state)) {
 		count(CH_CNT_BAD_STATE, 1);
 		ev->nframes = 0;
 		ev->term = CH_TERM_READ_ERROR;

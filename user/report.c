@@ -109,6 +109,11 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		g_hash_table_size(p->stacks), m->max_frames, p->walks_by_term[CH_TERM_CLEAN],
 		p->walks_by_term[CH_TERM_UNKNOWN_PC], p->walks_by_term[CH_TERM_READ_ERROR],
 		p->walks_by_term[CH_TERM_DEPTH]);
+	if (m->counters[CH_CNT_BAD_STATE])
+		fprintf(out,
+			"warning     %" PRIu64 " samples found Caml_state unreadable or inconsistent (young_ptr "
+			"outside the minor heap): their stacks were not walked\n",
+			m->counters[CH_CNT_BAD_STATE]);
 	if (p->events_without_stack)
 		fprintf(out, "warning     %" PRIu64 " events refer to stacks whose frames were lost\n",
 			p->events_without_stack);
