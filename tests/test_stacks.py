@@ -1,4 +1,6 @@
 """Exact callstacks from the in-kernel unwinder, symbolized to file:line."""
+import os
+
 import chtest
 from chtest import check_binomial, record_launch, fixture, site_lines
 
@@ -24,6 +26,9 @@ def test_chain_exact_stack():
     want = site_lines("Chain.h")
     assert frames[0]["line"] in want and frames[0]["file"] and frames[0]["file"].endswith("chain.ml"), \
         (frames[0], want)
+    # the fixture has DWARF: full paths (comp_dir + file), not bare names
+    for f in frames[:5]:
+        assert os.path.isabs(f["file"]) and os.path.exists(f["file"]), f
     truth = chtest.parse_truth(out)
     check_binomial(sites[0]["samples"], truth["Chain.h"][1], rate, "Chain.h")
     walks = rep.walks()

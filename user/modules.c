@@ -84,6 +84,15 @@ static int add_mappings(struct modules *ms, pid_t pid, size_t idx)
 	return 0;
 }
 
+/* Now, while the process lives: the image may have been opened through
+ * /proc/PID/exe or map_files, where libdwfl finds the file (and its DWARF)
+ * only as long as the process exists. */
+static void open_symbolizer(struct module *m)
+{
+	if (symbolizer_open(m->img, m->ft, &m->sym) < 0)
+		m->sym = NULL;
+}
+
 int modules_add_exe(struct modules *ms, pid_t pid, struct elf_image *img, struct frametable *ft, uint64_t bias)
 {
 	char path[64];
@@ -103,6 +112,7 @@ int modules_add_exe(struct modules *ms, pid_t pid, struct elf_image *img, struct
 	m->dev = st.st_dev;
 	m->ino = st.st_ino;
 	m->is_exe = true;
+	open_symbolizer(m);
 	return add_mappings(ms, pid, ms->n - 1);
 }
 
@@ -162,6 +172,7 @@ int modules_scan(struct modules *ms, pid_t pid, void (*fn)(void *ctx, const stru
 		mod->bias = m.start - vaddr;
 		mod->dev = m.dev;
 		mod->ino = m.ino;
+		open_symbolizer(mod);
 		add_mappings(ms, pid, ms->n - 1);
 		added++;
 		if (fn)
@@ -206,8 +217,6 @@ int modules_lookup(struct modules *ms, uint64_t pc, unsigned alloc_idx, struct s
 	static unsigned next;
 
 	if (m && m->img) {
-		if (!m->sym && symbolizer_open(m->img, m->ft, &m->sym) < 0)
-			m->sym = NULL;
 		if (m->sym)
 			return symbolizer_lookup(m->sym, pc - m->bias, alloc_idx, out, max, NULL);
 	}
