@@ -71,12 +71,17 @@ $(BUILD)/camlheap: $(BUILD)/user/main.o $(USER_OBJS)
 # --- tests -------------------------------------------------------------------
 # Fixtures: tests/fixtures/NAME.ml [+ NAME_stubs.c] -> build/fixtures/NAME,
 # native, with -g.  Per-fixture link flags in tests/fixtures/NAME.flags.
-$(BUILD)/fixtures/%: tests/fixtures/%.ml $(wildcard tests/fixtures/*_stubs.c) $(wildcard tests/fixtures/*.flags) | $(BUILD)/.deps
+# The shared module tests/fixtures/lib/fixture.ml(i) (arguments, --wait) is
+# compiled in each obj dir into fixture.cmxa, a library: it is linked only
+# into the fixtures that use it (hello_byte, without unix.cmxa, does not).
+FIXTURE_LIB := tests/fixtures/lib/fixture.mli tests/fixtures/lib/fixture.ml
+$(BUILD)/fixtures/%: tests/fixtures/%.ml $(FIXTURE_LIB) $(wildcard tests/fixtures/*_stubs.c) $(wildcard tests/fixtures/*.flags) | $(BUILD)/.deps
 	@mkdir -p $(BUILD)/fixtures/obj-$*
-	cp $< $(BUILD)/fixtures/obj-$*/
+	cp $< $(FIXTURE_LIB) $(BUILD)/fixtures/obj-$*/
 	if [ -f tests/fixtures/$*_stubs.c ]; then cp tests/fixtures/$*_stubs.c $(BUILD)/fixtures/obj-$*/; fi
-	cd $(BUILD)/fixtures/obj-$* && $(OCAMLOPT) -g $$(cat $(CURDIR)/tests/fixtures/$*.flags 2>/dev/null) \
-	  $$(ls $*_stubs.c 2>/dev/null) $*.ml -o ../$*
+	cd $(BUILD)/fixtures/obj-$* && $(OCAMLOPT) -g -a fixture.mli fixture.ml -o fixture.cmxa && \
+	  $(OCAMLOPT) -g $$(cat $(CURDIR)/tests/fixtures/$*.flags 2>/dev/null) \
+	  fixture.cmxa $$(ls $*_stubs.c 2>/dev/null) $*.ml -o ../$*
 
 # Bytecode builds of one fixture, for the "not native code" errors.
 $(BUILD)/fixtures/hello_byte.byte $(BUILD)/fixtures/hello_byte.custom: tests/fixtures/hello_byte.ml | $(BUILD)/.deps
