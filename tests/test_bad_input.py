@@ -145,3 +145,42 @@ def test_unwritable_output_fails_before_running():
     rc, out, err = _camlheap(["record", "-o", "/nonexistent-dir/report.txt", "--", fixture("exit_code")])
     assert rc == 2 and "cannot write the report to /nonexistent-dir/report.txt" in err, (rc, err)
     assert "TRUTH" not in out, out
+
+
+def test_output_to_devices_fifos_and_symlinks():
+    import stat
+    import threading
+    exe = [fixture("exit_code")]
+    # a device is written through, never replaced
+    rc, out, err = _camlheap(["record", "-o", "/dev/null", "--"] + exe)
+    assert rc == 3 and stat.S_ISCHR(os.stat("/dev/null").st_mode), (rc, err)
+    d = tmpdir()
+    # a FIFO: its reader gets the report
+    fifo = os.path.join(d, "fifo")
+    os.mkfifo(fifo)
+    got = []
+    t = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    t.start()
+    rc, out, err = _camlheap(["record", "-o", fifo, "--"] + exe)
+    t.join(30)
+    assert rc == 3 and stat.S_ISFIFO(os.stat(fifo).st_mode), (rc, err)
+    assert got and got[0].startswith("camlheap: minor-heap allocations are not sampled"), got
+    # a symlink: the link stays, its target is replaced, its mode is kept
+    target = os.path.join(d, "target.txt")
+    open(target, "w").write("old\n")
+    os.chmod(target, 0o600)
+    link = os.path.join(d, "link.txt")
+    os.symlink(target, link)
+    rc, out, err = _camlheap(["record", "-o", link, "--"] + exe)
+    assert rc == 3, err
+    assert os.path.islink(link) and open(target).read().startswith("camlheap:"), open(target).read()[:80]
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600, oct(os.stat(target).st_mode)
+    assert sorted(os.listdir(d)) == ["fifo", "link.txt", "target.txt"], os.listdir(d)
+
+
+def test_output_path_refused_before_running():
+    d = tmpdir()
+    for path, what in (("", "empty"), (d, "is a directory"), (os.path.join(d, "nodir", "r.txt"), "does not exist"),
+                       (d + "/x/", "not a directory")):
+        rc, out, err = _camlheap(["record", "-o", path, "--", fixture("exit_code")])
+        assert rc == 2 and what in err and "TRUTH" not in out, (path, rc, err)

@@ -12,6 +12,7 @@
 
 #include "ocaml_runtime.h"
 #include "profile.h"
+#include "outfile.h"
 #include "report.h"
 #include "sampler.h"
 

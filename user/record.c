@@ -222,21 +222,25 @@ static void target_release(struct target *t)
 	t->img = NULL;
 }
 
-/* Render the report into the already-open output (a temporary file until
- * committed).  Returns 0 or -errno. */
-static int write_report(const struct record_opts *o, struct outfile *out, const struct profile *prof,
-			const struct report_meta *meta, struct target *t)
+/* Render the report through a temporary file (outfile.h).  Returns 0 or
+ * -errno. */
+static int write_report(const struct record_opts *o, const struct profile *prof, const struct report_meta *meta,
+			struct target *t)
 {
+	struct outfile out;
 	int ret;
 
-	if (o->format == REPORT_COLLAPSED)
-		ret = report_write_collapsed(out->f, prof, &t->mods);
-	else
-		ret = report_write_text(out->f, prof, meta, &t->mods);
+	ret = outfile_open(&out, o->output);
 	if (ret < 0)
-		outfile_abort(out);
+		return ret;
+	if (o->format == REPORT_COLLAPSED)
+		ret = report_write_collapsed(out.f, prof, &t->mods);
 	else
-		ret = outfile_commit(out);
+		ret = report_write_text(out.f, prof, meta, &t->mods);
+	if (ret < 0)
+		outfile_abort(&out);
+	else
+		ret = outfile_commit(&out);
 	return ret;
 }
 
@@ -247,7 +251,6 @@ int record_run(const struct record_opts *o)
 	struct report_meta meta = { .top = o->top, .max_frames = o->max_frames };
 	struct sampler *smp = NULL;
 	struct profile *prof = NULL;
-	struct outfile out;
 	struct intake intake = { 0 };
 	char msg[2048], reason[256] = "stopped";
 	char *command = NULL;
@@ -260,10 +263,10 @@ int record_run(const struct record_opts *o)
 		fprintf(stderr, "camlheap: %s\n", msg);
 		return 2;
 	}
-	/* Open the output first: a report that cannot be written must not
+	/* Check the output first: a report that cannot be written must not
 	 * cost a whole recording (or a run of the command). */
-	if (outfile_open(&out, o->output) < 0) {
-		fprintf(stderr, "camlheap: cannot write the report to %s: %s\n", o->output, strerror(errno));
+	if (outfile_check(o->output, msg, sizeof(msg)) < 0) {
+		fprintf(stderr, "camlheap: %s\n", msg);
 		return 2;
 	}
 	sigemptyset(&mask);
@@ -277,7 +280,6 @@ int record_run(const struct record_opts *o)
 		ret = proc_launch(o->argv, &t.pid, msg, sizeof(msg));
 		if (ret < 0) {
 			fprintf(stderr, "camlheap: %s\n", msg);
-			outfile_abort(&out);
 			return ret == -ENOENT ? 127 : ret == -EACCES ? 126 : 2;
 		}
 		t.launched = true;
@@ -395,7 +397,7 @@ int record_run(const struct record_opts *o)
 	meta.command = command;
 	meta.sampler_mode = "major+custom+unmarshal through read-only uprobes (minor heap: not sampled)";
 	meta.end_reason = reason;
-	ret = write_report(o, &out, prof, &meta, &t);
+	ret = write_report(o, prof, &meta, &t);
 	if (ret < 0) {
 		fprintf(stderr, "camlheap: cannot write the report to %s: %s\n", o->output ? o->output : "stdout",
 			strerror(-ret));
@@ -433,7 +435,6 @@ int record_run(const struct record_opts *o)
 
 fail_target:
 	fprintf(stderr, "camlheap: %s\n", msg);
-	outfile_abort(&out);
 	sampler_close(smp);
 	profile_free(prof);
 	target_release(&t);

@@ -11,6 +11,7 @@
 #include "camlheap.h"
 #include "profile.h"
 #include "modules.h"
+#include "outfile.h"
 
 enum report_format {
 	REPORT_TEXT = 0,
@@ -53,19 +54,5 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct modules *m
 /* Human-readable byte count ("1.5 MiB") into buf. */
 const char *report_format_bytes(double bytes, char *buf, size_t len);
 
-/* Output files are written to "<path>.tmp.<pid>" in the same directory and
- * renamed over `path` only when complete, so a failed or killed run never
- * leaves a truncated file nor destroys the previous one.
- * outfile_open returns the stream (or NULL with errno set); outfile_commit
- * flushes, fsyncs, closes and renames (0 or -errno; on error the temporary
- * is removed); outfile_abort closes and removes it.  path "-" is stdout. */
-struct outfile {
-	FILE *f;
-	char *path;
-	char *tmp;
-};
-int outfile_open(struct outfile *o, const char *path);
-int outfile_commit(struct outfile *o);
-void outfile_abort(struct outfile *o);
 
 #endif
