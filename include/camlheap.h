@@ -70,7 +70,7 @@ enum ch_counter {
 struct ch_proc {
 	__u64 load_bias;            /* runtime vaddr - link-time vaddr of the executable */
 	__u64 caml_state_sym;       /* link-time vaddr of the global `Caml_state` pointer (4.x) */
-	__s64 next_sample_words;    /* memprof's next_rand_geom: words before the next sampled word */
+	__s64 next_sample_words;    /* memprof's next_rand_geom: 0-based index of the next sampled word */
 };
 
 /* Map `frametable`: key = link-time return address (pc - load_bias) of the

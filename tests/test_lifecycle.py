@@ -176,3 +176,26 @@ def test_target_execs_another_program():
     assert now in rep.header.get("duration", ""), rep.header
     truth = chtest.parse_truth(so)
     check_binomial(rep.samples_at("Execer.site_a", "major"), truth["Execer.site_a"][1], rate, "site_a")
+
+
+def _sig_state(argv):
+    """SigBlk and SigIgn of `idle` started by argv with SIGPIPE ignored and
+    SIGUSR1 blocked by its parent."""
+    def setup():
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, preexec_fn=setup)
+    try:
+        m = re.match(rb"READY (\d+)", p.stdout.readline())
+        assert m, "idle did not start"
+        status = open("/proc/%s/status" % m.group(1).decode()).read()
+        return {k: v for k, v in re.findall(r"^(SigBlk|SigIgn):\s+(\S+)$", status, re.M)}
+    finally:
+        os.kill(int(m.group(1)), signal.SIGKILL) if m else None
+        p.wait()
+
+
+def test_launched_command_keeps_signal_mask_and_dispositions():
+    plain = _sig_state([fixture("idle")])
+    under = _sig_state([CAMLHEAP, "record", "-o", os.path.join(tmpdir(), "r.txt"), "--", fixture("idle")])
+    assert plain == under, (plain, under)

@@ -73,3 +73,13 @@ def test_major_agrees_with_in_process_memprof():
         n1 = rep.samples_at(site, "major")
         z = (n1 - n2) / math.sqrt(n1 + n2)
         assert abs(z) <= chtest.Z, "%s: camlheap %d vs Gc.Memprof %d samples (z = %.2f)" % (site, n1, n2, z)
+
+
+def test_rate_one_samples_every_word():
+    # lambda = 1: every word is a sample, so counts are exact (no variance)
+    rc, out, rep, err = record_launch([fixture("exit_code")], 1.0)
+    assert rc == 3, err
+    truth = chtest.parse_truth(out)
+    assert rep.samples_at("Exit_code.site_a", "major") == truth["Exit_code.site_a"][1]
+    observed = sum(rep.observed_words(k) for k in ("major", "custom", "unmarshal"))
+    assert rep.samples_total()[0] == observed, (rep.samples_total(), observed)

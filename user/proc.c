@@ -90,15 +90,14 @@ int proc_pidfd(pid_t pid)
 	return fd < 0 ? -errno : (int)fd;
 }
 
-static void launch_child(char *const argv[], int gate_r, int err_w)
+static void launch_child(char *const argv[], const sigset_t *mask, int gate_r, int err_w)
 {
-	sigset_t none;
 	char c;
 	int e;
 
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGPIPE, SIG_DFL);
+	/* exactly what the command would get without camlheap: the caller's
+	 * mask, and dispositions untouched (ignored ones stay ignored) */
+	sigprocmask(SIG_SETMASK, mask, NULL);
 	/* Wait until the parent has seized us; EOF (parent gone) also lets
 	 * the command run, unprofiled. */
 	while (read(gate_r, &c, 1) < 0 && errno == EINTR)
@@ -111,7 +110,7 @@ static void launch_child(char *const argv[], int gate_r, int err_w)
 	_exit(127);
 }
 
-int proc_launch(char *const argv[], pid_t *out, char *err, size_t errlen)
+int proc_launch(char *const argv[], const sigset_t *child_mask, pid_t *out, char *err, size_t errlen)
 {
 	int gate[2], errp[2], status, e = 0;
 	pid_t pid;
@@ -129,7 +128,7 @@ int proc_launch(char *const argv[], pid_t *out, char *err, size_t errlen)
 	if (pid == 0) {
 		close(gate[1]);
 		close(errp[0]);
-		launch_child(argv, gate[0], errp[1]);
+		launch_child(argv, child_mask, gate[0], errp[1]);
 	}
 	close(gate[0]);
 	close(errp[1]);

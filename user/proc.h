@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <signal.h>
 #include <sys/types.h>
 
 #include "elf_image.h"
@@ -24,15 +25,16 @@ int proc_is_process(pid_t pid);
  * PT_LOAD.  0 for a non-PIE.  Returns 0, -ESRCH, or -ENOENT (not mapped). */
 int proc_load_bias(pid_t pid, const struct elf_image *img, uint64_t *bias);
 
-/* Start argv[] (PATH lookup as execvp) as a child, with signals unblocked
- * and default dispositions, stopped in the PTRACE_EVENT_EXEC stop right after
+/* Start argv[] (PATH lookup as execvp) as a child with the signal mask
+ * `child_mask` (camlheap's own before it blocked its stop signals) and the
+ * dispositions camlheap inherited, stopped in the PTRACE_EVENT_EXEC stop right after
  * exec: its executable is mapped and not one user instruction has run.
  * The child is PTRACE_SEIZEd (never with PTRACE_O_EXITKILL) before it
  * execs: if camlheap dies at any point, an event stop just ends and the
  * command runs unprofiled.  Returns 0 and the pid, or a negative errno
  * with a message in err (e.g. -ENOENT "cannot run foo: No such file..."),
  * in which case the child has been reaped. */
-int proc_launch(char *const argv[], pid_t *pid, char *err, size_t errlen);
+int proc_launch(char *const argv[], const sigset_t *child_mask, pid_t *pid, char *err, size_t errlen);
 
 /* Let a launched child run: PTRACE_DETACH from the exec stop.  Returns 0 or
  * a negative errno. */

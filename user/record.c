@@ -255,7 +255,7 @@ int record_run(const struct record_opts *o)
 	char msg[2048], reason[256] = "stopped";
 	char *command = NULL;
 	double t0 = now_s(), t_attached;
-	sigset_t mask;
+	sigset_t mask, old_mask;
 	int sigfd = -1, pidfd = -1, timerfd = -1, status = 0, ret, exit_code = 2;
 	bool reaped = false;
 
@@ -273,11 +273,11 @@ int record_run(const struct record_opts *o)
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGHUP);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
+	sigprocmask(SIG_BLOCK, &mask, &old_mask);
 	sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
 
 	if (o->argv) {
-		ret = proc_launch(o->argv, &t.pid, msg, sizeof(msg));
+		ret = proc_launch(o->argv, &old_mask, &t.pid, msg, sizeof(msg));
 		if (ret < 0) {
 			fprintf(stderr, "camlheap: %s\n", msg);
 			return ret == -ENOENT ? 127 : ret == -EACCES ? 126 : 2;

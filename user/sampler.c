@@ -206,12 +206,13 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 	__u32 key = pid;
 	uint64_t first, seed = 0;
 
-	/* memprof starts its countdown with one rand_geom() (memprof.c,
-	 * caml_memprof_set_lambda); a one-stratum pool is one plain draw. */
+	/* next_sample_words is the 0-based index of the next sampled word, so
+	 * it starts at rand_geom() - 1 (memprof.c does the same); a
+	 * one-stratum pool is one plain draw. */
 	if (getentropy(&seed, sizeof(seed)) < 0)
 		seed = (uint64_t)pid;
 	sampler_fill_geom_pool(&first, 1, s->rate, seed);
-	proc.next_sample_words = (__s64)first;
+	proc.next_sample_words = (__s64)first - 1;
 	if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.procs), &key, &proc, BPF_ANY) < 0) {
 		snprintf(err, errlen, "cannot register PID %d with the sampler: %s", pid, strerror(errno));
 		return -errno;
