@@ -245,29 +245,48 @@ int BPF_KPROBE(on_track_interned, __u64 block_hp, __u64 blockend_hp)
 	return 0;
 }
 
+/* A note (no stack) for user space, woken at once. */
+static __always_inline void emit_note(__u8 kind, __u64 arg)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct ch_sample_event *note = bpf_ringbuf_reserve(&events, CH_EVENT_HEADER_BYTES, 0);
+
+	if (!note) {
+		count(CH_CNT_DROPPED, 1);
+		return;
+	}
+	__builtin_memset(note, 0, CH_EVENT_HEADER_BYTES);
+	note->kind = kind;
+	note->tgid = id >> 32;
+	note->tid = (__u32)id;
+	note->block_addr = arg;
+	note->time_ns = bpf_ktime_get_ns();
+	bpf_ringbuf_submit(note, BPF_RB_FORCE_WAKEUP);
+}
+
 /* caml_register_frametable(intnat *table): Dynlink is loading a plugin whose
- * code runs next.  Tell user space at once (forced wakeup) so that it loads
- * the plugin's descriptors; walks through plugin code before it has done so
- * end as "unknown pc" and are counted, never guessed. */
+ * code runs next.  Tell user space at once so that it loads the plugin's
+ * descriptors; walks through plugin code before it has done so end as
+ * "unknown pc" and are counted, never guessed. */
 SEC("uprobe")
 int BPF_KPROBE(on_register_frametable, __u64 table)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	struct ch_sample_event *note;
+	if (current_proc())
+		emit_note(CH_NOTE_FRAMETABLE, table);
+	return 0;
+}
 
-	if (!current_proc())
+/* exec replaced a profiled process's image: forget the process, so that
+ * probes still firing in the new image (the same executable run again keeps
+ * its uprobes) sample nothing with the old load bias. */
+SEC("tp_btf/sched_process_exec") /* a raw tracepoint: needs no tracefs */
+int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	if (!bpf_map_lookup_elem(&procs, &tgid))
 		return 0;
-	note = bpf_ringbuf_reserve(&events, CH_EVENT_HEADER_BYTES, 0);
-	if (!note) {
-		count(CH_CNT_DROPPED, 1);
-		return 0;
-	}
-	__builtin_memset(note, 0, CH_EVENT_HEADER_BYTES);
-	note->kind = CH_NOTE_FRAMETABLE;
-	note->tgid = id >> 32;
-	note->tid = (__u32)id;
-	note->block_addr = table;
-	note->time_ns = bpf_ktime_get_ns();
-	bpf_ringbuf_submit(note, BPF_RB_FORCE_WAKEUP);
+	bpf_map_delete_elem(&procs, &tgid);
+	emit_note(CH_NOTE_EXEC, 0);
 	return 0;
 }

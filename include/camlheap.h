@@ -36,6 +36,10 @@ enum ch_alloc_kind {
  * target called caml_register_frametable (Dynlink loaded a plugin), so user
  * space rescans its mappings and loads the new frame descriptors. */
 #define CH_NOTE_FRAMETABLE 0x80
+/* Note: the target called exec.  The kernel side has already forgotten the
+ * process (its new image has another load bias, maybe another runtime), so
+ * no sample follows; user space ends the recording. */
+#define CH_NOTE_EXEC 0x81
 
 /* Why an in-kernel stack walk ended (ARCHITECTURE.md §5). */
 enum ch_stack_term {

@@ -199,3 +199,17 @@ def test_launched_command_keeps_signal_mask_and_dispositions():
     plain = _sig_state([fixture("idle")])
     under = _sig_state([CAMLHEAP, "record", "-o", os.path.join(tmpdir(), "r.txt"), "--", fixture("idle")])
     assert plain == under, (plain, under)
+
+
+def test_target_execs_itself():
+    # the same executable run again keeps its uprobes but not its load
+    # address: nothing after the exec may be sampled with the old one
+    rate = 1e-3
+    rc, out, rep, err = record_launch([fixture("execer"), "self"], rate)
+    assert rc == 0 and out.endswith("AGAIN\n"), (rc, out, err)
+    ended = rep.header.get("duration", "")
+    assert "target called exec (now runs %s)" % fixture("execer") in ended and "exited with status 0" in ended, ended
+    walks = rep.walks()
+    assert walks["read error"] == 0 and walks["unknown pc"] == 0, walks
+    truth = chtest.parse_truth(out)
+    check_binomial(rep.samples_at("Execer.site_a", "major"), truth["Execer.site_a"][1], rate, "site_a before exec")

@@ -66,6 +66,7 @@ static int check_privileges(char *msg, size_t len)
 struct intake {
 	struct profile *prof;
 	bool rescan; /* a plugin registered frame tables: read the mappings again */
+	bool exec;   /* the target called exec */
 };
 
 static void on_event(void *ctx, const struct ch_sample_event *ev, size_t size)
@@ -74,6 +75,8 @@ static void on_event(void *ctx, const struct ch_sample_event *ev, size_t size)
 
 	if (ev->kind == CH_NOTE_FRAMETABLE)
 		in->rescan = true;
+	else if (ev->kind == CH_NOTE_EXEC)
+		in->exec = true;
 	else
 		profile_add_event(in->prof, ev, size);
 }
@@ -134,22 +137,9 @@ struct target {
 	uint64_t bias;
 	struct modules mods;        /* owns img and ft once the target is inspected */
 	struct stat exe_st;         /* identity of the executable at attach */
-	char exe_now[4096];         /* after an exec: what runs now */
 };
 
-/* True once the target runs another executable than the one probed. */
-static bool target_exec_changed(struct target *t)
-{
-	struct stat st;
 
-	if (stat(t->proc_exe, &st) < 0)
-		return false; /* gone: the pidfd says so */
-	if (st.st_dev == t->exe_st.st_dev && st.st_ino == t->exe_st.st_ino)
-		return false;
-	if (proc_exe_path(t->pid, t->exe_now, sizeof(t->exe_now)) < 0)
-		snprintf(t->exe_now, sizeof(t->exe_now), "another program");
-	return true;
-}
 
 /* Everything about the target that can fail before any probe exists. */
 static int target_inspect(struct target *t, char *msg, size_t len)
@@ -357,14 +347,18 @@ int record_run(const struct record_opts *o)
 					 si.ssi_signo == SIGINT ? " (Ctrl-C)" : "");
 			break;
 		}
-		if (fds[1].revents & POLLIN) {
-			snprintf(reason, sizeof(reason), "target exited");
+		if (intake.exec) {
+			/* exec replaced the program: the kernel side has forgotten
+			 * it, so nothing more can be sampled */
+			char now[256] = "another program";
+
+			proc_exe_path(t.pid, now, sizeof(now));
+			snprintf(reason, sizeof(reason), "target called exec (now runs %s); the profile covers the time before",
+				 now);
 			break;
 		}
-		if (target_exec_changed(&t)) {
-			/* exec replaced the program: its uprobes went with the old
-			 * address space, so nothing more can be sampled */
-			snprintf(reason, sizeof(reason), "target called exec (now runs %.150s)", t.exe_now);
+		if (fds[1].revents & POLLIN) {
+			snprintf(reason, sizeof(reason), "target exited");
 			break;
 		}
 		if (fds[2].revents & POLLIN) {
@@ -372,15 +366,24 @@ int record_run(const struct record_opts *o)
 			break;
 		}
 	}
+	/* measured before detaching: releasing the uprobes takes the kernel up
+	 * to ~0.5 s, which is not recording time */
+	meta.duration_s = now_s() - t_attached;
 	sampler_detach(smp);
 	sampler_consume(smp);
 	sampler_counters(smp, meta.counters);
 	for (size_t i = 0; i < t.mods.n; i++)
 		meta.plugins += !t.mods.v[i].is_exe && t.mods.v[i].ft;
-	meta.duration_s = now_s() - t_attached;
 	if (t.launched && waitpid(t.pid, &status, WNOHANG) == t.pid) {
 		reaped = true;
-		describe_status(status, reason, sizeof(reason));
+		if (intake.exec) {
+			size_t n = strlen(reason);
+
+			snprintf(reason + n, sizeof(reason) - n, "; then ");
+			describe_status(status, reason + strlen(reason), sizeof(reason) - strlen(reason));
+		} else {
+			describe_status(status, reason, sizeof(reason));
+		}
 	}
 
 	{

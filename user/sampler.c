@@ -18,6 +18,7 @@ struct sampler {
 	struct alloc_bpf *skel;
 	struct ring_buffer *rb;
 	struct bpf_link *links[OCAML_PROBE__COUNT];
+	struct bpf_link *exec_link;
 	sampler_event_fn fn;
 	void *ctx;
 	double rate;
@@ -217,6 +218,13 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		snprintf(err, errlen, "cannot register PID %d with the sampler: %s", pid, strerror(errno));
 		return -errno;
 	}
+	s->exec_link = bpf_program__attach(s->skel->progs.on_exec);
+	if (!s->exec_link) {
+		int e = errno;
+
+		snprintf(err, errlen, "cannot attach to the sched_process_exec tracepoint: %s", strerror(e));
+		return -e;
+	}
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
 		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = false);
 
@@ -248,6 +256,8 @@ void sampler_detach(struct sampler *s)
 		bpf_link__destroy(s->links[i]);
 		s->links[i] = NULL;
 	}
+	bpf_link__destroy(s->exec_link);
+	s->exec_link = NULL;
 }
 
 int sampler_ring_fd(const struct sampler *s)
