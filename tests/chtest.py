@@ -79,24 +79,28 @@ class Report:
             if m and cur is None and not line.startswith("#"):
                 self.header[m.group(1)] = m.group(2)
                 continue
-            m = re.match(r"^#(\d+)\s+(\w+)\s+(.+?)\s+\[95% CI (.+?) \.\. (.+?)\]\s+(\d+) samples", line)
+            m = re.match(r"^#(\d+)\s+(\w+)\s+(.+?)\s+\[95% CI (.+?) \.\. (.+?)\]\s+(\d+) samples?", line)
             if m:
                 cur = {"kind": m.group(2), "samples": int(m.group(6)), "frames": [], "end": None}
                 self.sites.append(cur)
                 continue
             if cur is not None and line.startswith("      "):
                 fr = line.strip()
+                repeat = 1
+                mr = re.match(r"^(.*) \[x(\d+)\]$", fr)
+                if mr:  # a run of identical frames, printed once
+                    fr, repeat = mr.group(1), int(mr.group(2))
                 me = re.match(r"^\[stack walk ended: (.+)\]$", fr)
                 if me:
                     cur["end"] = me.group(1)
                     continue
                 mf = re.match(r"^(\S+)(?: \((.*?)(?::(\d+))?\))?( \[inlined\])?$", fr)
                 if mf:
-                    cur["frames"].append({"function": mf.group(1), "file": mf.group(2),
-                                          "line": int(mf.group(3)) if mf.group(3) else None,
-                                          "inlined": bool(mf.group(4))})
+                    frame = {"function": mf.group(1), "file": mf.group(2),
+                             "line": int(mf.group(3)) if mf.group(3) else None, "inlined": bool(mf.group(4))}
                 else:
-                    cur["frames"].append({"function": fr, "file": None, "line": None, "inlined": False})
+                    frame = {"function": fr, "file": None, "line": None, "inlined": False}
+                cur["frames"].extend(dict(frame) for _ in range(repeat))
 
     def first_line(self):
         return self.lines[0] if self.lines else ""

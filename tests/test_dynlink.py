@@ -18,7 +18,7 @@ def _check(rep, out, rate):
         assert s["frames"][0]["line"] in line and s["frames"][0]["file"].endswith("dynplug.ml"), s["frames"][0]
     truth = chtest.parse_truth(out)
     check_binomial(sum(s["samples"] for s in sites), truth["Dynplug.plugin_site"][1], rate, "plugin_site")
-    assert "1 Dynlink plugins" in rep.header.get("sampler", ""), rep.header.get("sampler")
+    assert "1 Dynlink plugin" in rep.header.get("sampler", ""), rep.header.get("sampler")
 
 
 def test_plugin_loaded_while_recording():

@@ -47,34 +47,125 @@ static double est_bytes(const struct profile *p, uint64_t samples)
 	return profile_estimate_words(p, samples) * 8.0;
 }
 
-static void print_frames(FILE *out, const struct profile_stack *st, struct modules *mods)
+/* The lines a site's stack prints as, innermost first: one per frame,
+ * inlined frames expanded, then why the walk ended if not cleanly.  Sites
+ * whose stacks differ only in return addresses on the same source lines
+ * (three calls of one function on one line) print alike and are merged. */
+static GPtrArray *site_lines(const struct profile_site *s, struct modules *mods)
 {
+	GPtrArray *v = g_ptr_array_new_with_free_func(g_free);
 	struct sym_frame fr[MAX_INLINE];
 
-	for (uint32_t i = 0; i < st->nframes; i++) {
-		int n = modules_lookup(mods, st->frames[i], 0, fr, MAX_INLINE);
+	if (!s->stack) {
+		g_ptr_array_add(v, g_strdup("[stack frames lost]"));
+		return v;
+	}
+	if (s->stack->nframes == 0) {
+		g_ptr_array_add(v, g_strdup_printf("[no OCaml frames: %s]",
+						   s->stack->term == CH_TERM_UNKNOWN_PC
+							   ? "allocated by the runtime before or outside OCaml code"
+							   : term_names[s->stack->term]));
+		return v;
+	}
+	for (uint32_t i = 0; i < s->stack->nframes; i++) {
+		int n = modules_lookup(mods, s->stack->frames[i], 0, fr, MAX_INLINE);
 
 		for (int j = 0; j < n; j++) {
-			fprintf(out, "      %s", fr[j].function);
+			GString *g = g_string_new(fr[j].function);
+
 			if (fr[j].file && fr[j].line)
-				fprintf(out, " (%s:%d)", fr[j].file, fr[j].line);
+				g_string_append_printf(g, " (%s:%d)", fr[j].file, fr[j].line);
 			else if (fr[j].file)
-				fprintf(out, " (%s)", fr[j].file);
+				g_string_append_printf(g, " (%s)", fr[j].file);
 			if (fr[j].inlined)
-				fprintf(out, " [inlined]");
-			fputc('\n', out);
+				g_string_append(g, " [inlined]");
+			g_ptr_array_add(v, g_string_free(g, FALSE));
 		}
 	}
-	if (st->term != CH_TERM_CLEAN)
-		fprintf(out, "      [stack walk ended: %s]\n", term_names[st->term]);
+	if (s->stack->term != CH_TERM_CLEAN)
+		g_ptr_array_add(v, g_strdup_printf("[stack walk ended: %s]", term_names[s->stack->term]));
+	return v;
+}
+
+/* Print a stack's lines; a run of identical lines (recursion) prints once
+ * with its count: "Chain.recurse (chain.ml:95) [x699]". */
+static void print_lines(FILE *out, GPtrArray *lines)
+{
+	for (guint i = 0; i < lines->len;) {
+		guint j = i + 1;
+
+		while (j < lines->len && !strcmp(lines->pdata[j], lines->pdata[i]))
+			j++;
+		if (j - i > 1)
+			fprintf(out, "      %s [x%u]\n", (char *)lines->pdata[i], j - i);
+		else
+			fprintf(out, "      %s\n", (char *)lines->pdata[i]);
+		i = j;
+	}
+}
+
+struct site_group {
+	uint8_t kind;
+	uint64_t samples;
+	GPtrArray *lines;
+	char *key;
+};
+
+static int group_cmp(const void *a, const void *b)
+{
+	const struct site_group *x = a, *y = b;
+
+	if (x->samples != y->samples)
+		return x->samples > y->samples ? -1 : 1;
+	return strcmp(x->key, y->key);
+}
+
+/* Sites merged by kind and printed stack, sorted by samples. */
+static struct site_group *group_sites(const struct profile *p, struct modules *mods, size_t *count)
+{
+	const struct profile_site **sites = NULL;
+	size_t nsites = profile_sites_sorted(p, &sites), n = 0;
+	struct site_group *g = calloc(nsites ? nsites : 1, sizeof(*g));
+	GHashTable *index = g_hash_table_new(g_str_hash, g_str_equal);
+
+	for (size_t i = 0; g && i < nsites; i++) {
+		GPtrArray *lines = site_lines(sites[i], mods);
+		GString *key = g_string_new(kind_names[sites[i]->kind]);
+		gpointer at;
+
+		for (guint j = 0; j < lines->len; j++)
+			g_string_append_printf(key, "\n%s", (char *)lines->pdata[j]);
+		if (g_hash_table_lookup_extended(index, key->str, NULL, &at)) {
+			g[GPOINTER_TO_SIZE(at)].samples += sites[i]->samples;
+			g_ptr_array_unref(lines);
+			g_string_free(key, TRUE);
+			continue;
+		}
+		g[n] = (struct site_group){ .kind = sites[i]->kind, .samples = sites[i]->samples, .lines = lines,
+					    .key = g_string_free(key, FALSE) };
+		g_hash_table_insert(index, g[n].key, GSIZE_TO_POINTER(n));
+		n++;
+	}
+	g_hash_table_destroy(index);
+	free(sites);
+	if (g)
+		qsort(g, n, sizeof(*g), group_cmp);
+	*count = g ? n : 0;
+	return g;
+}
+
+static const char *plural(uint64_t n)
+{
+	return n == 1 ? "" : "s";
 }
 
 int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
 {
-	const struct profile_site **sites = NULL;
-	size_t nsites = profile_sites_sorted(p, &sites);
+	size_t ngroups = 0;
+	struct site_group *groups = group_sites(p, mods, &ngroups);
 	const uint64_t *c = m->counters;
 	char b1[32], b2[32], b3[32], b4[32];
+	uint64_t hits = c[CH_CNT_HITS_MAJOR] + c[CH_CNT_HITS_CUSTOM] + c[CH_CNT_HITS_UNMARSHAL];
 	double total = 0;
 
 	fprintf(out,
@@ -83,15 +174,18 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	fprintf(out, "target      pid %d  %s  (OCaml %s)\n", m->pid, m->exe, m->ocaml_version);
 	if (m->command)
 		fprintf(out, "command     %s\n", m->command);
-	fprintf(out, "rate        %g samples/word (one sample per %.0f words on average)\n", p->rate,
+	fprintf(out, "rate        %g samples/word (one sample per %.4g words on average)\n", p->rate,
 		p->rate > 0 ? 1.0 / p->rate : 0.0);
 	fprintf(out, "duration    %.2f s (attach took %.3f s); %s\n", m->duration_s, m->attach_s, m->end_reason);
 	fprintf(out, "samples     %" PRIu64 " in %" PRIu64 " sampled blocks; dropped events %" PRIu64 " (%" PRIu64
 		     " samples)\n",
 		p->samples, p->events, c[CH_CNT_DROPPED], c[CH_CNT_DROPPED_SAMPLES]);
-	fprintf(out, "sampler     %s; %u/%u probes on emulated instructions; %u Dynlink plugins\n",
-		m->sampler_mode, m->probes_emulated, m->probes_total, m->plugins);
-	fprintf(out, "profiler    camlheap used %.2f s of CPU, peak RSS %.1f MiB\n", m->cpu_s, m->max_rss_mib);
+	fprintf(out, "sampler     %s; %u/%u probes on emulated instructions; %u Dynlink plugin%s\n",
+		m->sampler_mode, m->probes_emulated, m->probes_total, m->plugins, plural(m->plugins));
+	fprintf(out,
+		"profiler    camlheap used %.2f s of CPU, peak RSS %.1f MiB; the target took %" PRIu64
+		" probe hit%s (each ~1 us of its time)\n",
+		m->cpu_s, m->max_rss_mib, hits, plural(hits));
 	for (int k = CH_KIND_MAJOR; k < CH_KIND__COUNT; k++)
 		total += est_bytes(p, p->samples_by_kind[k]);
 	fprintf(out, "allocated   estimated %s: major %s, custom %s, unmarshal %s\n",
@@ -109,38 +203,45 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		g_hash_table_size(p->stacks), m->max_frames, p->walks_by_term[CH_TERM_CLEAN],
 		p->walks_by_term[CH_TERM_UNKNOWN_PC], p->walks_by_term[CH_TERM_READ_ERROR],
 		p->walks_by_term[CH_TERM_DEPTH]);
-	if (m->counters[CH_CNT_BAD_STATE])
+	if (c[CH_CNT_DROPPED_SAMPLES])
+		fprintf(out,
+			"warning     %" PRIu64 " of %" PRIu64 " samples (%.1f %%) were dropped because camlheap did "
+			"not keep up (ring buffer full): every estimate below is low by about that much and its "
+			"interval does not account for it; record again at a lower --rate\n",
+			c[CH_CNT_DROPPED_SAMPLES], c[CH_CNT_DROPPED_SAMPLES] + p->samples,
+			100.0 * (double)c[CH_CNT_DROPPED_SAMPLES] / (double)(c[CH_CNT_DROPPED_SAMPLES] + p->samples));
+	if (c[CH_CNT_BAD_STATE])
 		fprintf(out,
 			"warning     %" PRIu64 " samples found Caml_state unreadable or inconsistent (young_ptr "
 			"outside the minor heap): their stacks were not walked\n",
-			m->counters[CH_CNT_BAD_STATE]);
+			c[CH_CNT_BAD_STATE]);
 	if (p->events_without_stack)
 		fprintf(out, "warning     %" PRIu64 " events refer to stacks whose frames were lost\n",
 			p->events_without_stack);
 
-	fprintf(out, "\nTop %d sites by estimated bytes (of %zu sites):\n", m->top, nsites);
-	if (!nsites)
-		fprintf(out, "\n  (no samples: the program made no sampled allocation at this rate)\n");
-	for (size_t i = 0; i < nsites && (int)i < m->top; i++) {
-		const struct profile_site *s = sites[i];
+	fprintf(out, "\nTop %d site%s by estimated bytes (of %zu site%s):\n", m->top, plural(m->top), ngroups,
+		plural(ngroups));
+	if (!ngroups)
+		fprintf(out, "\n  (no samples: %s)\n",
+			hits ? "the sampled kinds of allocation were too few for this rate"
+			     : "the program made no direct major, custom or unmarshalled allocation while recorded");
+	for (size_t i = 0; i < ngroups && (int)i < m->top; i++) {
+		const struct site_group *g = &groups[i];
 		double lo, hi;
 
-		profile_poisson_ci95(s->samples, &lo, &hi);
-		fprintf(out, "\n#%zu  %s  %s  [95%% CI %s .. %s]  %" PRIu64 " samples  %.1f%%\n", i + 1,
-			kind_names[s->kind], report_format_bytes(est_bytes(p, s->samples), b1, sizeof(b1)),
+		profile_poisson_ci95(g->samples, &lo, &hi);
+		fprintf(out, "\n#%zu  %s  %s  [95%% CI %s .. %s]  %" PRIu64 " sample%s  %.1f%%\n", i + 1,
+			kind_names[g->kind], report_format_bytes(est_bytes(p, g->samples), b1, sizeof(b1)),
 			report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)),
-			report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)), s->samples,
-			p->samples ? 100.0 * (double)s->samples / (double)p->samples : 0.0);
-		if (!s->stack)
-			fprintf(out, "      [stack frames lost]\n");
-		else if (s->stack->nframes == 0)
-			fprintf(out, "      [no OCaml frames: %s]\n",
-				s->stack->term == CH_TERM_UNKNOWN_PC ? "allocated by the runtime before or outside OCaml code"
-								     : term_names[s->stack->term]);
-		else
-			print_frames(out, s->stack, mods);
+			report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)), g->samples, plural(g->samples),
+			p->samples ? 100.0 * (double)g->samples / (double)p->samples : 0.0);
+		print_lines(out, g->lines);
 	}
-	free(sites);
+	for (size_t i = 0; i < ngroups; i++) {
+		g_ptr_array_unref(groups[i].lines);
+		g_free(groups[i].key);
+	}
+	free(groups);
 	return ferror(out) ? -EIO : 0;
 }
 
