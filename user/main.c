@@ -28,8 +28,7 @@ static const char record_doc[] =
 	"In launch mode the command starts stopped at exec, runs once the probes are attached, keeps "
 	"its stdin/stdout/stderr, and camlheap exits with its status. "
 	"Minor-heap allocations are not sampled yet: reports cover direct major-heap, custom "
-	"(out-of-heap) and unmarshalled allocations."
-	"\vOPTIONS";
+	"(out-of-heap) and unmarshalled allocations.";
 
 enum { OPT_MAX_DEPTH = 0x100 };
 
@@ -94,7 +93,7 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case 'n':
 		if (parse_long(arg, &v) || v < 1 || v > 1000000)
-			argp_error(state, "invalid --top '%s'", arg);
+			argp_error(state, "invalid --top '%s' (1..1000000 sites)", arg);
 		o->top = (int)v;
 		break;
 	case OPT_MAX_DEPTH:

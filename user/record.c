@@ -159,9 +159,12 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 	ret = proc_exe_path(t->pid, t->exe, sizeof(t->exe));
 	if (ret == -EACCES) {
 		snprintf(msg, len,
-			 "not allowed to inspect PID %d (/proc/%d/exe): camlheap needs CAP_SYS_PTRACE over the "
-			 "target; run it as root",
-			 t->pid, t->pid);
+			 "not allowed to inspect PID %d (/proc/%d/exe): camlheap needs ptrace access to the target "
+			 "(CAP_SYS_PTRACE); %s",
+			 t->pid, t->pid,
+			 geteuid() == 0 ? "camlheap runs as root, so a security module (Yama, SELinux, AppArmor) or "
+					  "a PID namespace forbids it"
+					: "run it as root");
 		return ret;
 	}
 	if (ret < 0) {
@@ -289,8 +292,11 @@ int record_run(const struct record_opts *o)
 	if (ret < 0)
 		goto fail_target;
 	ret = sampler_attach(smp, t.pid, t.bias, &t.rt, t.proc_exe, msg, sizeof(msg));
-	if (ret < 0)
+	if (ret < 0) {
+		if (!t.launched && kill(t.pid, 0) < 0 && errno == ESRCH)
+			snprintf(msg, sizeof(msg), "PID %d exited while camlheap was attaching: nothing recorded", t.pid);
 		goto fail_target;
+	}
 	/* Plugins loaded before the caml_register_frametable probe existed
 	 * (attach mode): load them now; later ones arrive as notes. */
 	modules_scan(&t.mods, t.pid, on_plugin, smp);
@@ -426,8 +432,16 @@ int record_run(const struct record_opts *o)
 			}
 			if (poll(fds, 2, -1) < 0 && errno != EINTR)
 				break;
-			if (fds[0].revents & POLLIN)
+			if (fds[0].revents & POLLIN) {
+				struct signalfd_siginfo si;
+
+				/* a second signal: leave the command running and
+				 * say how camlheap was stopped, as a shell would */
+				if (read(sigfd, &si, sizeof(si)) == sizeof(si) && exit_code == 0)
+					exit_code = 128 + (int)si.ssi_signo;
+				fprintf(stderr, "camlheap: PID %d left running\n", t.pid);
 				break;
+			}
 		}
 	}
 	if (t.launched && reaped && exit_code == 0)
