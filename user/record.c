@@ -375,7 +375,13 @@ int record_run(const struct record_opts *o)
 	/* measured before detaching: releasing the uprobes takes the kernel up
 	 * to ~0.5 s, which is not recording time */
 	meta.duration_s = now_s() - t_attached;
-	sampler_detach(smp);
+	{
+		double t_detach = now_s();
+
+		sampler_detach(smp);
+		if (getenv("CAMLHEAP_DEBUG"))
+			fprintf(stderr, "camlheap: detached in %.3f s\n", now_s() - t_detach);
+	}
 	sampler_consume(smp);
 	sampler_counters(smp, meta.counters);
 	for (size_t i = 0; i < t.mods.n; i++)
