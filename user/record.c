@@ -237,6 +237,82 @@ static int write_report(const struct record_opts *o, const struct profile *prof,
 	return ret;
 }
 
+/* Consume samples until a stop condition; describe it in reason. */
+static void record_until_stop(struct target *t, struct sampler *smp, struct intake *intake, int sigfd, int pidfd,
+			      int timerfd, char *reason, size_t len)
+{
+	for (;;) {
+		struct pollfd fds[4] = {
+			{ .fd = sigfd, .events = POLLIN },
+			{ .fd = pidfd, .events = POLLIN },
+			{ .fd = timerfd, .events = POLLIN },
+			{ .fd = sampler_ring_fd(smp), .events = POLLIN },
+		};
+
+		if (pidfd < 0) { /* the target was already gone */
+			snprintf(reason, len, "target exited");
+			break;
+		}
+		poll(fds, 4, 100);
+		sampler_consume(smp);
+		if (intake->rescan) {
+			intake->rescan = false;
+			modules_scan(&t->mods, t->pid, on_plugin, smp);
+		}
+		if (fds[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+
+			if (read(sigfd, &si, sizeof(si)) == sizeof(si))
+				snprintf(reason, len, "stopped by SIG%s%s",
+					 sigabbrev_np((int)si.ssi_signo) ? sigabbrev_np((int)si.ssi_signo) : "?",
+					 si.ssi_signo == SIGINT ? " (Ctrl-C)" : "");
+			break;
+		}
+		if (intake->exec) {
+			/* exec replaced the program: the kernel side has forgotten
+			 * it, so nothing more can be sampled */
+			char now[256] = "another program";
+
+			proc_exe_path(t->pid, now, sizeof(now));
+			snprintf(reason, len, "target called exec (now runs %s); the profile covers the time before",
+				 now);
+			break;
+		}
+		if (fds[1].revents & POLLIN) {
+			snprintf(reason, len, "target exited");
+			break;
+		}
+		if (fds[2].revents & POLLIN) {
+			snprintf(reason, len, "duration elapsed");
+			break;
+		}
+	}
+}
+
+/* Launch mode, after the report: the command goes on and camlheap's status
+ * will be its own.  A second signal leaves it running and makes camlheap
+ * exit 128 + that signal, as a shell would.  Returns true once reaped. */
+static bool wait_for_command(pid_t pid, int sigfd, int pidfd, int *status, int *exit_code)
+{
+	struct pollfd fds[2] = { { .fd = sigfd, .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
+
+	fprintf(stderr, "camlheap: waiting for PID %d to exit (a second signal leaves it running)\n", pid);
+	for (;;) {
+		if (waitpid(pid, status, WNOHANG) == pid)
+			return true;
+		if (poll(fds, 2, -1) < 0 && errno != EINTR)
+			return false;
+		if (fds[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+
+			if (read(sigfd, &si, sizeof(si)) == sizeof(si) && *exit_code == 0)
+				*exit_code = 128 + (int)si.ssi_signo;
+			fprintf(stderr, "camlheap: PID %d left running\n", pid);
+			return false;
+		}
+	}
+}
+
 int record_run(const struct record_opts *o)
 {
 	struct target t = { .pid = o->pid };
@@ -326,52 +402,7 @@ int record_run(const struct record_opts *o)
 		timerfd_settime(timerfd, 0, &its, NULL);
 	}
 
-	for (;;) {
-		struct pollfd fds[4] = {
-			{ .fd = sigfd, .events = POLLIN },
-			{ .fd = pidfd, .events = POLLIN },
-			{ .fd = timerfd, .events = POLLIN },
-			{ .fd = sampler_ring_fd(smp), .events = POLLIN },
-		};
-
-		if (pidfd < 0) { /* the target was already gone */
-			snprintf(reason, sizeof(reason), "target exited");
-			break;
-		}
-		poll(fds, 4, 100);
-		sampler_consume(smp);
-		if (intake.rescan) {
-			intake.rescan = false;
-			modules_scan(&t.mods, t.pid, on_plugin, smp);
-		}
-		if (fds[0].revents & POLLIN) {
-			struct signalfd_siginfo si;
-
-			if (read(sigfd, &si, sizeof(si)) == sizeof(si))
-				snprintf(reason, sizeof(reason), "stopped by SIG%s%s",
-					 sigabbrev_np((int)si.ssi_signo) ? sigabbrev_np((int)si.ssi_signo) : "?",
-					 si.ssi_signo == SIGINT ? " (Ctrl-C)" : "");
-			break;
-		}
-		if (intake.exec) {
-			/* exec replaced the program: the kernel side has forgotten
-			 * it, so nothing more can be sampled */
-			char now[256] = "another program";
-
-			proc_exe_path(t.pid, now, sizeof(now));
-			snprintf(reason, sizeof(reason), "target called exec (now runs %s); the profile covers the time before",
-				 now);
-			break;
-		}
-		if (fds[1].revents & POLLIN) {
-			snprintf(reason, sizeof(reason), "target exited");
-			break;
-		}
-		if (fds[2].revents & POLLIN) {
-			snprintf(reason, sizeof(reason), "duration elapsed");
-			break;
-		}
-	}
+	record_until_stop(&t, smp, &intake, sigfd, pidfd, timerfd, reason, sizeof(reason));
 	/* measured before detaching: releasing the uprobes takes the kernel up
 	 * to ~0.5 s, which is not recording time */
 	meta.duration_s = now_s() - t_attached;
@@ -426,34 +457,17 @@ int record_run(const struct record_opts *o)
 	sampler_close(smp);
 	profile_free(prof);
 
-	if (t.launched && !reaped) {
-		/* The command goes on; camlheap's status is the command's. */
-		struct pollfd fds[2] = { { .fd = sigfd, .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
-
-		fprintf(stderr, "camlheap: waiting for PID %d to exit (a second signal leaves it running)\n", t.pid);
-		for (;;) {
-			if (waitpid(t.pid, &status, WNOHANG) == t.pid) {
-				reaped = true;
-				break;
-			}
-			if (poll(fds, 2, -1) < 0 && errno != EINTR)
-				break;
-			if (fds[0].revents & POLLIN) {
-				struct signalfd_siginfo si;
-
-				/* a second signal: leave the command running and
-				 * say how camlheap was stopped, as a shell would */
-				if (read(sigfd, &si, sizeof(si)) == sizeof(si) && exit_code == 0)
-					exit_code = 128 + (int)si.ssi_signo;
-				fprintf(stderr, "camlheap: PID %d left running\n", t.pid);
-				break;
-			}
-		}
-	}
+	if (t.launched && !reaped)
+		reaped = wait_for_command(t.pid, sigfd, pidfd, &status, &exit_code);
 	if (t.launched && reaped && exit_code == 0)
 		exit_code = status_to_exit(status);
 	target_release(&t);
 	free(command);
+	close(sigfd);
+	if (pidfd >= 0)
+		close(pidfd);
+	if (timerfd >= 0)
+		close(timerfd);
 	return exit_code;
 
 fail_target:
