@@ -12,7 +12,7 @@ BPFTOOL  ?= bpftool
 OCAMLOPT ?= ocamlopt
 
 # Debian 12 packages the build, the tests, the demo and the bench need.
-DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-dev pkg-config make gcc \
+DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-dev pkg-config make gcc \
             ocaml-nox python3 python3-pyelftools procps util-linux
 
 CFLAGS   ?= -O2 -g

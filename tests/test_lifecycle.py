@@ -109,10 +109,17 @@ def test_kill9_attached_never_harms_target():
     for i in range(25):
         w = Waiting("alloc_major", ["n=4000"])
         r = Recorder(w.pid, 1e-3)
-        r.wait_attached()
-        w.release()
-        time.sleep(rnd.uniform(0, 0.6))  # a random moment of the run, maybe after it
-        r.proc.kill()
+        if i % 3 == 0:
+            # while camlheap inspects the target and attaches its probes
+            time.sleep(rnd.uniform(0, 0.15))
+            r.proc.kill()
+            w.release()
+        else:
+            # at a random moment of the run, or after it
+            r.wait_attached()
+            w.release()
+            time.sleep(rnd.uniform(0, 0.6))
+            r.proc.kill()
         r.proc.wait()
         rc, out, err = w.finish()
         got = (rc, out.encode(), err.encode())
