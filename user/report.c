@@ -174,9 +174,13 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	fprintf(out, "target      pid %d  %s  (OCaml %s)\n", m->pid, m->exe, m->ocaml_version);
 	if (m->command)
 		fprintf(out, "command     %s\n", m->command);
-	/* %.0f up to 1e15 words (exact and readable), %g beyond (--rate 1e-300) */
-	fprintf(out, "rate        %g samples/word (one sample per %.*g words on average)\n", p->rate,
-		p->rate >= 1e-15 ? 16 : 4, p->rate > 0 ? 1.0 / p->rate : 0.0);
+	/* whole words up to 1e12 (readable), %g beyond (--rate 1e-300) */
+	if (p->rate >= 1e-12)
+		fprintf(out, "rate        %g samples/word (one sample per %.0f word%s on average)\n", p->rate,
+			1.0 / p->rate, p->rate == 1.0 ? "" : "s");
+	else
+		fprintf(out, "rate        %g samples/word (one sample per %.3g words on average)\n", p->rate,
+			1.0 / p->rate);
 	fprintf(out, "duration    %.2f s (attach took %.3f s); %s\n", m->duration_s, m->attach_s, m->end_reason);
 	fprintf(out, "samples     %" PRIu64 " in %" PRIu64 " sampled blocks; dropped events %" PRIu64 " (%" PRIu64
 		     " samples)\n",
