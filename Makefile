@@ -95,7 +95,11 @@ $(BUILD)/fixtures/dynplug.cmxs: tests/fixtures/plugin/dynplug.ml $(BUILD)/fixtur
 	cp $< $(BUILD)/fixtures/obj-dynhost/
 	cd $(BUILD)/fixtures/obj-dynhost && $(OCAMLOPT) -g -shared dynplug.ml -o ../dynplug.cmxs
 
-fixtures: $(FIXTURES) $(BUILD)/fixtures/hello_byte.byte $(BUILD)/fixtures/dynplug.cmxs
+$(BUILD)/fixtures/victim: tests/fixtures/victim.c
+	@mkdir -p $(@D)
+	$(CC) -O1 -o $@ $<
+
+fixtures: $(FIXTURES) $(BUILD)/fixtures/hello_byte.byte $(BUILD)/fixtures/dynplug.cmxs $(BUILD)/fixtures/victim
 
 $(BUILD)/tests/unit_%: tests/unit_%.c $(USER_OBJS)
 	@mkdir -p $(@D)

@@ -220,3 +220,29 @@ def test_target_execs_itself():
     assert walks["read error"] == 0 and walks["unknown pc"] == 0, walks
     truth = chtest.parse_truth(out)
     check_binomial(rep.samples_at("Execer.site_a", "major"), truth["Execer.site_a"][1], rate, "site_a before exec")
+
+
+def test_exec_while_attaching_never_touches_the_new_program():
+    # The target execs a non-OCaml program at a random moment around
+    # camlheap's inspection and attach.  The probes must land in the binary
+    # camlheap parsed, never at those offsets in the program it became
+    # (victim checksums its text: CORRUPT, exit 3, if a byte changed).
+    rnd = random.Random(int.from_bytes(os.urandom(8), "little"))
+    victim = fixture("victim")
+    outcomes = set()
+    for i in range(12):
+        ms = rnd.uniform(0, 150)
+        p = subprocess.Popen([fixture("execer"), "victim=%s:%d" % (victim, ms)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        m = re.match(rb"READY (\d+)", p.stdout.readline())
+        assert m, "execer did not start"
+        r = subprocess.run([CAMLHEAP, "record", "-p", m.group(1).decode(), "-o", "/dev/null"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 0 and out == b"victim ok\n", "run %d (exec after %d ms): %r, status %d" % (
+            i, ms, out, p.returncode)
+        err = r.stderr.decode()
+        assert r.returncode in (0, 2), (r.returncode, err)
+        if r.returncode == 2:
+            assert "called exec while camlheap was attaching" in err or "not a native OCaml program" in err, err
+        outcomes.add(r.returncode)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <fcntl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -130,7 +131,9 @@ struct target {
 	pid_t pid;
 	bool launched;
 	char exe[4096];
-	char proc_exe[64];
+	char proc_exe[64];          /* "/proc/self/fd/N": the very file parsed, whatever the target execs */
+	char proc_exe_link[64];     /* "/proc/PID/exe": what the target runs now */
+	int exe_fd;
 	struct elf_image *img;
 	struct frametable *ft;
 	struct ocaml_runtime rt;
@@ -171,11 +174,16 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 		snprintf(msg, len, "PID %d has no executable (exited, a zombie or a kernel thread)", t->pid);
 		return ret;
 	}
-	snprintf(t->proc_exe, sizeof(t->proc_exe), "/proc/%d/exe", t->pid);
-	if (stat(t->proc_exe, &t->exe_st) < 0) {
+	/* Everything (parsing, uprobes, DWARF) goes through one open file:
+	 * if the target execs meanwhile, the probes still land in the binary
+	 * that was parsed, never at its offsets in another one. */
+	snprintf(t->proc_exe_link, sizeof(t->proc_exe_link), "/proc/%d/exe", t->pid);
+	t->exe_fd = open(t->proc_exe_link, O_RDONLY | O_CLOEXEC);
+	if (t->exe_fd < 0 || fstat(t->exe_fd, &t->exe_st) < 0) {
 		snprintf(msg, len, "PID %d has no executable (exited, a zombie or a kernel thread)", t->pid);
 		return -ESRCH;
 	}
+	snprintf(t->proc_exe, sizeof(t->proc_exe), "/proc/self/fd/%d", t->exe_fd);
 	ret = elf_image_open(t->proc_exe, &t->img);
 	if (ret < 0) {
 		snprintf(msg, len, "PID %d runs %s, which %s", t->pid, t->exe,
@@ -203,8 +211,23 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 	return 0;
 }
 
+/* Does the target still run the image that was parsed, at the same place?
+ * (An exec before the exec tracepoint was attached is caught here.) */
+static bool target_unchanged(struct target *t)
+{
+	struct stat st;
+	uint64_t bias;
+
+	if (stat(t->proc_exe_link, &st) < 0 || st.st_dev != t->exe_st.st_dev || st.st_ino != t->exe_st.st_ino)
+		return false;
+	return proc_load_bias(t->pid, t->img, &bias) == 0 && bias == t->bias;
+}
+
 static void target_release(struct target *t)
 {
+	if (t->exe_fd >= 0)
+		close(t->exe_fd);
+	t->exe_fd = -1;
 	if (t->mods.n) {
 		modules_free(&t->mods); /* owns img and ft */
 	} else {
@@ -315,7 +338,7 @@ static bool wait_for_command(pid_t pid, int sigfd, int pidfd, int *status, int *
 
 int record_run(const struct record_opts *o)
 {
-	struct target t = { .pid = o->pid };
+	struct target t = { .pid = o->pid, .exe_fd = -1 };
 	struct sampler_config cfg = { .rate = o->rate, .max_frames = o->max_frames, .ringbuf_bytes = RINGBUF_BYTES };
 	struct report_meta meta = { .top = o->top, .max_frames = o->max_frames };
 	struct sampler *smp = NULL;
@@ -368,9 +391,16 @@ int record_run(const struct record_opts *o)
 	if (ret < 0)
 		goto fail_target;
 	ret = sampler_attach(smp, t.pid, t.bias, &t.rt, t.proc_exe, msg, sizeof(msg));
+	if (ret == 0 && !target_unchanged(&t))
+		ret = -ESTALE;
 	if (ret < 0) {
 		if (!t.launched && kill(t.pid, 0) < 0 && errno == ESRCH)
 			snprintf(msg, sizeof(msg), "PID %d exited while camlheap was attaching: nothing recorded", t.pid);
+		else if (ret == -ESTALE || !target_unchanged(&t))
+			snprintf(msg, sizeof(msg),
+				 "PID %d called exec while camlheap was attaching: nothing recorded; attach again "
+				 "to profile the new program",
+				 t.pid);
 		goto fail_target;
 	}
 	/* Plugins loaded before the caml_register_frametable probe existed
