@@ -6,7 +6,7 @@ import threading
 import time
 
 import chtest
-from chtest import CAMLHEAP, fixture, tmpdir
+from chtest import CAMLHEAP, check_binomial, fixture, tmpdir
 
 
 def _camlheap(args, **kw):
@@ -184,3 +184,26 @@ def test_output_path_refused_before_running():
                        (d + "/x/", "not a directory")):
         rc, out, err = _camlheap(["record", "-o", path, "--", fixture("exit_code")])
         assert rc == 2 and what in err and "TRUTH" not in out, (path, rc, err)
+
+
+def test_low_fd_limit_never_gives_a_wrong_profile():
+    # With few file descriptors camlheap either refuses up front (the command
+    # not run) or records correctly, also when no pidfd can be opened and the
+    # target's exit must be seen by polling.
+    import resource
+    rate = 1e-3
+    for limit in range(24, 42, 2):
+        p = subprocess.run([CAMLHEAP, "record", "--rate", repr(rate), "--top", "1000", "-o",
+                            os.path.join(tmpdir(), "r.txt"), "--", fixture("alloc_major"), "n=2000"],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+        out, err = p.stdout.decode(), p.stderr.decode()
+        if p.returncode == 2:
+            assert "Too many open files" in err and "the command was not run" in err and "TRUTH" not in out, err
+            continue
+        assert p.returncode == 0, (limit, p.returncode, err)
+        rep = chtest.Report(open(err.split("report written to ")[1].strip()).read())
+        assert "target exited with status 0" in rep.header["duration"], (limit, rep.header)
+        truth = chtest.parse_truth(out)
+        check_binomial(rep.samples_at("Alloc_major.site_a", "major"), truth["Alloc_major.site_a"][1], rate,
+                       "site_a with %d fds" % limit)

@@ -65,7 +65,7 @@ int proc_load_bias(pid_t pid, const struct elf_image *img, uint64_t *bias)
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
 	f = fopen(path, "r");
 	if (!f)
-		return -ESRCH;
+		return errno == ENOENT ? -ESRCH : -errno; /* e.g. -EMFILE */
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long start, end, off, ino;
 		unsigned maj, min;

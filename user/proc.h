@@ -22,7 +22,8 @@ int proc_is_process(pid_t pid);
 /* Load bias (runtime address - link-time vaddr) of the executable `img` as
  * mapped in `pid`, from /proc/PID/maps: the mapping of the same file
  * (device and inode of /proc/PID/exe) whose offset is that of the first
- * PT_LOAD.  0 for a non-PIE.  Returns 0, -ESRCH, or -ENOENT (not mapped). */
+ * PT_LOAD.  0 for a non-PIE.  Returns 0, -ESRCH, -ENOENT (not mapped), or
+ * another -errno reading /proc (e.g. -EMFILE). */
 int proc_load_bias(pid_t pid, const struct elf_image *img, uint64_t *bias);
 
 /* Start argv[] (PATH lookup as execvp) as a child with the signal mask

@@ -212,15 +212,24 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 }
 
 /* Does the target still run the image that was parsed, at the same place?
- * (An exec before the exec tracepoint was attached is caught here.) */
-static bool target_unchanged(struct target *t)
+ * (An exec before the exec tracepoint was attached is caught here.)
+ * Returns 0 if so, -ESTALE if it execed, another -errno if it cannot tell. */
+static int target_check_unchanged(struct target *t)
 {
 	struct stat st;
 	uint64_t bias;
+	int ret;
 
-	if (stat(t->proc_exe_link, &st) < 0 || st.st_dev != t->exe_st.st_dev || st.st_ino != t->exe_st.st_ino)
-		return false;
-	return proc_load_bias(t->pid, t->img, &bias) == 0 && bias == t->bias;
+	if (stat(t->proc_exe_link, &st) < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	if (st.st_dev != t->exe_st.st_dev || st.st_ino != t->exe_st.st_ino)
+		return -ESTALE;
+	ret = proc_load_bias(t->pid, t->img, &bias);
+	if (ret == -ENOENT)
+		return -ESTALE; /* the parsed file is no longer mapped */
+	if (ret < 0)
+		return ret;
+	return bias == t->bias ? 0 : -ESTALE;
 }
 
 static void target_release(struct target *t)
@@ -260,6 +269,28 @@ static int write_report(const struct record_opts *o, const struct profile *prof,
 	return ret;
 }
 
+/* The target has exited (a launched child: it is a zombie, not yet reaped). */
+static bool target_gone(const struct target *t)
+{
+	char path[64], state = 0, buf[512];
+	FILE *f;
+
+	if (kill(t->pid, 0) < 0 && errno == ESRCH)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/stat", t->pid);
+	f = fopen(path, "r");
+	if (!f)
+		return true;
+	if (fgets(buf, sizeof(buf), f)) {
+		char *p = strrchr(buf, ')'); /* comm may hold spaces and parens */
+
+		if (p && p[1] == ' ')
+			state = p[2];
+	}
+	fclose(f);
+	return state == 'Z' || state == 'X';
+}
+
 /* Consume samples until a stop condition; describe it in reason. */
 static void record_until_stop(struct target *t, struct sampler *smp, struct intake *intake, int sigfd, int pidfd,
 			      int timerfd, char *reason, size_t len)
@@ -272,7 +303,8 @@ static void record_until_stop(struct target *t, struct sampler *smp, struct inta
 			{ .fd = sampler_ring_fd(smp), .events = POLLIN },
 		};
 
-		if (pidfd < 0) { /* the target was already gone */
+		/* Without a pidfd (fd limit, seccomp) exits are seen by polling. */
+		if (pidfd < 0 && target_gone(t)) {
 			snprintf(reason, len, "target exited");
 			break;
 		}
@@ -323,7 +355,8 @@ static bool wait_for_command(pid_t pid, int sigfd, int pidfd, int *status, int *
 	for (;;) {
 		if (waitpid(pid, status, WNOHANG) == pid)
 			return true;
-		if (poll(fds, 2, -1) < 0 && errno != EINTR)
+		/* without a pidfd, look again every 100 ms */
+		if (poll(fds, 2, pidfd < 0 ? 100 : -1) < 0 && errno != EINTR)
 			return false;
 		if (fds[0].revents & POLLIN) {
 			struct signalfd_siginfo si;
@@ -391,12 +424,15 @@ int record_run(const struct record_opts *o)
 	if (ret < 0)
 		goto fail_target;
 	ret = sampler_attach(smp, t.pid, t.bias, &t.rt, t.proc_exe, msg, sizeof(msg));
-	if (ret == 0 && !target_unchanged(&t))
-		ret = -ESTALE;
+	if (ret == 0) {
+		ret = target_check_unchanged(&t);
+		if (ret < 0)
+			snprintf(msg, sizeof(msg), "cannot check PID %d after attaching: %s", t.pid, strerror(-ret));
+	}
 	if (ret < 0) {
 		if (!t.launched && kill(t.pid, 0) < 0 && errno == ESRCH)
 			snprintf(msg, sizeof(msg), "PID %d exited while camlheap was attaching: nothing recorded", t.pid);
-		else if (ret == -ESTALE || !target_unchanged(&t))
+		else if (ret == -ESTALE || target_check_unchanged(&t) == -ESTALE)
 			snprintf(msg, sizeof(msg),
 				 "PID %d called exec while camlheap was attaching: nothing recorded; attach again "
 				 "to profile the new program",
