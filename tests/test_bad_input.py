@@ -207,3 +207,9 @@ def test_low_fd_limit_never_gives_a_wrong_profile():
         truth = chtest.parse_truth(out)
         check_binomial(rep.samples_at("Alloc_major.site_a", "major"), truth["Alloc_major.site_a"][1], rate,
                        "site_a with %d fds" % limit)
+
+
+def test_version_looking_string_is_not_the_runtime_version():
+    rc, out, rep, err = chtest.record_launch([fixture("verstring")], 1e-3)
+    assert rc == 0 and out == "4.05.0\n", (rc, out, err)
+    assert "(OCaml 4.13-compatible)" in rep.header.get("target", ""), rep.header.get("target")

@@ -652,45 +652,53 @@ static size_t elf_image_version_len(const unsigned char *p, size_t n)
 	return i < n && p[i] == '\0' ? i : 0;
 }
 
+/* First NUL-delimited version string in p[0..n): 0 and a copy in buf, or
+ * -ENOENT. */
+static int elf_image_scan_version(const unsigned char *p, size_t n, char *buf, size_t buflen)
+{
+	for (size_t i = 1; i + 6 < n; i++) {
+		const unsigned char *q;
+		size_t len;
+
+		q = memchr(p + i, '.', n - i);
+		if (!q)
+			break;
+		/* Candidate start is one before the first '.'. */
+		i = q - p;
+		if (i < 2 || p[i - 2] != '\0')
+			continue;
+		len = elf_image_version_len(p + i - 1, n - (i - 1));
+		if (!len)
+			continue;
+		if (buflen) {
+			size_t c = len < buflen - 1 ? len : buflen - 1;
+
+			memcpy(buf, p + i - 1, c);
+			buf[c] = '\0';
+		}
+		return 0;
+	}
+	return -ENOENT;
+}
+
 int elf_image_find_ocaml_version(const struct elf_image *img, char *buf, size_t buflen)
 {
 	/* Sys.ocaml_version is an OCaml string constant in the data of
 	 * Stdlib__Sys (stdlib/sys.mlp): the byte before it is the top byte of
 	 * its block header (0 for any small block) and a NUL follows it (the
 	 * padding of an OCaml string).  OCAML_VERSION_STRING in the runtime is
-	 * a plain C string, also NUL-delimited. */
-	/* Data segments first; read-only data shares the text segment when
-	 * the linker did not separate code (-z noseparate-code). */
-	for (size_t k = 0; k < 2 * img->nsegs; k++) {
-		const struct elf_segment *s = &img->segs[k % img->nsegs];
-		const unsigned char *p = img->map + s->offset;
-		size_t n = s->filesz;
+	 * a plain C string, also NUL-delimited, but not in every binary.  Only
+	 * Stdlib__Sys's own data is searched, so that a program's string that
+	 * merely looks like a version ("4.05.0") is never taken for the
+	 * runtime's. */
+	const struct elf_symbol *b = elf_image_symbol(img, "camlStdlib__Sys__data_begin");
+	const struct elf_symbol *e = elf_image_symbol(img, "camlStdlib__Sys__data_end");
 
-		if (!!(s->flags & PF_X) != (k >= img->nsegs))
-			continue;
-		for (size_t i = 1; i + 6 < n; i++) {
-			const unsigned char *q;
-			size_t len;
+	if (b && e && e->vaddr > b->vaddr) {
+		const unsigned char *p = elf_image_data(img, b->vaddr, e->vaddr - b->vaddr);
 
-			q = memchr(p + i, '.', n - i);
-			if (!q)
-				break;
-			/* Candidate start is one before the first '.'. */
-			i = q - p;
-			if (i < 2 || p[i - 2] != '\0') {
-				continue;
-			}
-			len = elf_image_version_len(p + i - 1, n - (i - 1));
-			if (!len)
-				continue;
-			if (buflen) {
-				size_t c = len < buflen - 1 ? len : buflen - 1;
-
-				memcpy(buf, p + i - 1, c);
-				buf[c] = '\0';
-			}
+		if (p && elf_image_scan_version(p, e->vaddr - b->vaddr, buf, buflen) == 0)
 			return 0;
-		}
 	}
 	return -ENOENT;
 }

@@ -81,10 +81,11 @@ int elf_image_read_ptr(const struct elf_image *img, uint64_t vaddr, uint64_t *ou
  * if they are not all backed by file bytes in one segment. */
 const void *elf_image_data(const struct elf_image *img, uint64_t vaddr, size_t len);
 
-/* Search the file's loadable data for a NUL-delimited string matching
- * "D.DD.D" style OCaml versions ("4.13.1", "4.14.2+dev", "5.3.0"), as stored
- * for Sys.ocaml_version.  Copies the first match into buf.  Returns 0, or
- * -ENOENT if none. */
+/* Sys.ocaml_version of an OCaml executable: the NUL-delimited "4.13.1"
+ * style string ("4.14.2+dev", "5.3.0") in the data of Stdlib__Sys, between
+ * camlStdlib__Sys__data_begin and __data_end.  Copies it into buf.  Returns
+ * 0, or -ENOENT when the program does not link Stdlib.Sys (or lacks those
+ * symbols): strings elsewhere are never trusted. */
 int elf_image_find_ocaml_version(const struct elf_image *img, char *buf, size_t buflen);
 
 #endif

@@ -165,12 +165,20 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 		return OCAML_MISSING_SYMBOLS;
 	}
 	if (rt->major < 0) {
-		/* Offsets are only known per version: never guess them. */
-		snprintf(msg, msglen,
-			 "%s is native OCaml but its runtime version is unknown (no Sys.ocaml_version string "
-			 "found); supported: 4.13, 4.14",
-			 name);
-		return OCAML_UNSUPPORTED_VERSION;
+		/* No Sys.ocaml_version (Stdlib.Sys not linked): a 4.x runtime
+		 * with memprof's hooks and Caml_state, and not 5.x, is taken as
+		 * 4.13/4.14-compatible; the domain-state offsets are checked on
+		 * the live state at every sample, so a wrong guess is counted
+		 * and reported, never turned into made-up stacks. */
+		if (has_symbol(img, "caml_domain_spawn")) {
+			snprintf(msg, msglen, "%s uses an OCaml 5 runtime, which camlheap does not support yet "
+					      "(supported: 4.13, 4.14)",
+				 name);
+			return OCAML_UNSUPPORTED_VERSION;
+		}
+		snprintf(rt->version, sizeof(rt->version), "4.13-compatible");
+		rt->major = 4;
+		rt->minor = 13;
 	}
 	return OCAML_OK;
 }
