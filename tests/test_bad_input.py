@@ -175,13 +175,18 @@ def test_output_to_devices_fifos_and_symlinks():
     assert rc == 3, err
     assert os.path.islink(link) and open(target).read().startswith("camlheap:"), open(target).read()[:80]
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o600, oct(os.stat(target).st_mode)
-    assert sorted(os.listdir(d)) == ["fifo", "link.txt", "target.txt"], os.listdir(d)
+    # a dangling symlink: the write creates its target
+    dang = os.path.join(d, "dangling.txt")
+    os.symlink(os.path.join(d, "created.txt"), dang)
+    rc, out, err = _camlheap(["record", "-o", dang, "--"] + exe)
+    assert rc == 3 and os.path.islink(dang) and open(dang).read().startswith("camlheap:"), err
+    assert sorted(os.listdir(d)) == ["created.txt", "dangling.txt", "fifo", "link.txt", "target.txt"], os.listdir(d)
 
 
 def test_output_path_refused_before_running():
     d = tmpdir()
     for path, what in (("", "empty"), (d, "is a directory"), (os.path.join(d, "nodir", "r.txt"), "does not exist"),
-                       (d + "/x/", "not a directory")):
+                       (d + "/x/", "not a directory"), (os.path.join(d, "a" * 250), "File name too long")):
         rc, out, err = _camlheap(["record", "-o", path, "--", fixture("exit_code")])
         assert rc == 2 and what in err and "TRUTH" not in out, (path, rc, err)
 

@@ -16,18 +16,6 @@ static int is_stdout(const char *path)
 	return !path || !strcmp(path, "-");
 }
 
-/* The file a write to `path` really lands in: a symlink's target when it
- * resolves, else `path` itself.  Returns a malloc'd string. */
-static char *destination(const char *path)
-{
-	struct stat st;
-	char *real;
-
-	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && (real = realpath(path, NULL)))
-		return real;
-	return strdup(path);
-}
-
 static char *dir_of(const char *path)
 {
 	char *copy = strdup(path), *d;
@@ -37,6 +25,45 @@ static char *dir_of(const char *path)
 	d = strdup(dirname(copy));
 	free(copy);
 	return d;
+}
+
+/* The file a write to `path` really lands in: a symlink's target (also a
+ * dangling one, which the write creates), else `path` itself.  Returns a
+ * malloc'd string. */
+static char *destination(const char *path)
+{
+	char link[PATH_MAX], *real, *dir, *joined;
+	struct stat st;
+	ssize_t n;
+
+	if (lstat(path, &st) < 0 || !S_ISLNK(st.st_mode))
+		return strdup(path);
+	if ((real = realpath(path, NULL)))
+		return real;
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n <= 0)
+		return strdup(path);
+	link[n] = '\0';
+	if (link[0] == '/')
+		return strdup(link);
+	dir = dir_of(path);
+	if (!dir || asprintf(&joined, "%s/%s", dir, link) < 0)
+		joined = NULL;
+	free(dir);
+	return joined;
+}
+
+/* "<dir>/.<base>.camlheap-XXXXXX", the mkstemp template next to dest. */
+static char *temp_template(const char *dest)
+{
+	char *dir = dir_of(dest), *t = NULL;
+	const char *base = strrchr(dest, '/');
+
+	base = base ? base + 1 : dest;
+	if (!dir || asprintf(&t, "%s/.%s.camlheap-XXXXXX", dir, base) < 0)
+		t = NULL;
+	free(dir);
+	return t;
 }
 
 int outfile_check(const char *path, char *msg, size_t msglen)
@@ -78,10 +105,20 @@ int outfile_check(const char *path, char *msg, size_t msglen)
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		ret = -ENOENT;
 		snprintf(msg, msglen, "cannot write the report to %s: directory %s does not exist", path, dir);
-	} else if (access(dir, W_OK | X_OK) < 0) {
-		ret = -errno;
-		snprintf(msg, msglen, "cannot write the report to %s: directory %s is not writable (%s)", path, dir,
-			 strerror(errno));
+	} else {
+		/* create (and remove) the very temporary the report will use:
+		 * permissions, read-only file systems and name lengths all show */
+		char *tmp = temp_template(dest);
+		int fd = tmp ? mkstemp(tmp) : -1;
+
+		if (fd < 0) {
+			ret = tmp ? -errno : -ENOMEM;
+			snprintf(msg, msglen, "cannot write the report to %s: %s", path, strerror(-ret));
+		} else {
+			close(fd);
+			unlink(tmp);
+		}
+		free(tmp);
 	}
 	free(dir);
 out:
@@ -92,7 +129,6 @@ out:
 int outfile_open(struct outfile *o, const char *path)
 {
 	struct stat st;
-	char *dir = NULL, *base;
 	int fd, e;
 
 	memset(o, 0, sizeof(*o));
@@ -110,11 +146,8 @@ int outfile_open(struct outfile *o, const char *path)
 			goto fail;
 		return 0;
 	}
-	dir = dir_of(o->path);
-	base = strrchr(o->path, '/');
-	base = base ? base + 1 : o->path;
-	if (!dir || asprintf(&o->tmp, "%s/.%s.camlheap-XXXXXX", dir, base) < 0) {
-		o->tmp = NULL;
+	o->tmp = temp_template(o->path);
+	if (!o->tmp) {
 		errno = ENOMEM;
 		goto fail;
 	}
@@ -142,11 +175,9 @@ int outfile_open(struct outfile *o, const char *path)
 		unlink(o->tmp);
 		goto fail;
 	}
-	free(dir);
 	return 0;
 fail:
 	e = errno;
-	free(dir);
 	free(o->tmp);
 	free(o->path);
 	memset(o, 0, sizeof(*o));
