@@ -118,10 +118,12 @@ static __always_inline __u32 sample_words(struct ch_proc *p, __u64 len)
 
 	if (b.next < b.len) {
 		n = bpf_loop(1 << 23, binom_step, &b, 0);
-		if (n > 0 && b.next >= b.len)
+		if (n > 0 && b.next >= b.len) {
 			n--;
-		else
+		} else {
 			b.next = b.len;
+			count(CH_CNT_CAPPED, 1);
+		}
 	}
 	p->next_sample_words = b.next - b.len;
 	return n > 0 ? (__u32)n : 0;

@@ -64,6 +64,7 @@ enum ch_counter {
 	CH_CNT_DROPPED_SAMPLES,    /* samples inside the lost events */
 	CH_CNT_NEW_STACKS,         /* events that carried their frames (first sight of a stack) */
 	CH_CNT_BAD_STATE,          /* Caml_state unreadable or inconsistent at a hit */
+	CH_CNT_CAPPED,             /* blocks whose samples were capped at 2^23 (huge block, huge rate) */
 	CH_CNT__COUNT
 };
 

@@ -124,6 +124,13 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 				 name);
 			return OCAML_BYTECODE;
 		}
+		if (elf_image_symbol_count(img) == 0) {
+			snprintf(msg, msglen,
+				 "%s has no symbol table at all (stripped of .dynsym, or static and stripped): "
+				 "camlheap finds the OCaml runtime by its symbols; profile an unstripped build",
+				 name);
+			return OCAML_MISSING_SYMBOLS;
+		}
 		snprintf(msg, msglen,
 			 "%s is not a native OCaml program (no caml_frametable or caml_start_program symbol); "
 			 "point camlheap at an executable built with ocamlopt",

@@ -189,7 +189,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		m->sampler_mode, m->probes_emulated, m->probes_total, m->plugins, plural(m->plugins));
 	fprintf(out,
 		"profiler    camlheap used %.2f s of CPU, peak RSS %.1f MiB; the target took %" PRIu64
-		" probe hit%s (each ~1 us of its time)\n",
+		" probe hit%s (~1 us each, more for samples with deep stacks)\n",
 		m->cpu_s, m->max_rss_mib, hits, plural(hits));
 	for (int k = CH_KIND_MAJOR; k < CH_KIND__COUNT; k++)
 		total += est_bytes(p, p->samples_by_kind[k]);
@@ -215,6 +215,11 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			"interval does not account for it; record again at a lower --rate\n",
 			c[CH_CNT_DROPPED_SAMPLES], c[CH_CNT_DROPPED_SAMPLES] + p->samples,
 			100.0 * (double)c[CH_CNT_DROPPED_SAMPLES] / (double)(c[CH_CNT_DROPPED_SAMPLES] + p->samples));
+	if (c[CH_CNT_CAPPED])
+		fprintf(out,
+			"warning     %" PRIu64 " blocks drew more than 2^23 samples each and were capped there: "
+			"their sites are underestimated; use a lower --rate\n",
+			c[CH_CNT_CAPPED]);
 	if (c[CH_CNT_BAD_STATE])
 		fprintf(out,
 			"warning     %" PRIu64 " samples found Caml_state unreadable or inconsistent (young_ptr "
