@@ -186,9 +186,13 @@ def test_output_to_devices_fifos_and_symlinks():
 def test_output_path_refused_before_running():
     d = tmpdir()
     for path, what in (("", "empty"), (d, "is a directory"), (os.path.join(d, "nodir", "r.txt"), "does not exist"),
-                       (d + "/x/", "not a directory"), (os.path.join(d, "a" * 250), "File name too long")):
+                       (d + "/x/", "not a directory"), (os.path.join(d, "a" * 256), "File name too long")):
         rc, out, err = _camlheap(["record", "-o", path, "--", fixture("exit_code")])
         assert rc == 2 and what in err and "TRUTH" not in out, (path, rc, err)
+    # the longest valid name works (the temporary gets a short name)
+    longest = os.path.join(d, "b" * 255)
+    rc, out, err = _camlheap(["record", "-o", longest, "--", fixture("exit_code")])
+    assert rc == 3 and open(longest).read().startswith("camlheap:"), (rc, err)
 
 
 def test_low_fd_limit_never_gives_a_wrong_profile():

@@ -149,9 +149,12 @@ int outfile_check(const char *path, char *msg, size_t msglen)
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		ret = -ENOENT;
 		snprintf(msg, msglen, "cannot write the report to %s: directory %s does not exist", path, dir);
+	} else if (strlen(strrchr(dest, '/') ? strrchr(dest, '/') + 1 : dest) > NAME_MAX) {
+		ret = -ENAMETOOLONG;
+		snprintf(msg, msglen, "cannot write the report to %s: %s", path, strerror(-ret));
 	} else {
 		/* create (and remove) the very temporary the report will use:
-		 * permissions, read-only file systems and name lengths all show */
+		 * permissions and read-only file systems show */
 		char *tmp = temp_template(dest);
 		int fd = tmp ? mkstemp(tmp) : -1;
 
