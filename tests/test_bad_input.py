@@ -232,3 +232,20 @@ def test_binary_without_any_symbol_table():
                    stderr=subprocess.DEVNULL)
     rc, out, err = _camlheap(["record", "--", exe])
     assert rc == 2 and "no symbol table at all" in err and "the command was not run" in err, (rc, err)
+
+
+def test_low_fd_limit_plugin_loaded_or_warned():
+    # a plugin that cannot be opened for want of fds is never silently lost
+    import resource
+    for limit in range(28, 44, 2):
+        d = tmpdir()
+        p = subprocess.run([CAMLHEAP, "record", "--rate", "1e-3", "-o", os.path.join(d, "r.txt"), "--",
+                            fixture("dynhost"), fixture("dynplug.cmxs"), "n=2000"],
+                           input=b"go\n", stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+        if p.returncode == 2:
+            continue
+        assert p.returncode == 0, (limit, p.stderr)
+        rep = chtest.Report(open(os.path.join(d, "r.txt")).read())
+        loaded = "1 Dynlink plugin" in rep.header["sampler"] and rep.walks()["unknown pc"] <= 5
+        assert loaded or "could not be opened for want of file descriptors" in rep.text, (limit, rep.header)

@@ -132,8 +132,10 @@ static int open_mapped(pid_t pid, const struct maps_line *m, struct elf_image **
 
 	snprintf(mf, sizeof(mf), "/proc/%d/map_files/%llx-%llx", (int)pid, (unsigned long long)m->start,
 		 (unsigned long long)m->end);
-	if (elf_image_open(mf, img) == 0)
-		return 0;
+	int ret = elf_image_open(mf, img);
+
+	if (ret == 0 || ret == -EMFILE || ret == -ENFILE || ret == -ENOMEM)
+		return ret;
 	return elf_image_open(m->path, img);
 }
 
@@ -141,26 +143,38 @@ int modules_scan(struct modules *ms, pid_t pid, void (*fn)(void *ctx, const stru
 {
 	char path[64], line[8192];
 	struct maps_line m;
-	int added = 0;
+	int added = 0, transient = 0, lines = 0, ret;
 	FILE *f;
 
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
 	f = fopen(path, "r");
-	if (!f)
-		return -ESRCH;
+	if (!f) {
+		if (errno == ENOENT)
+			return -ESRCH;
+		ms->unreadable = ms->unreadable ? ms->unreadable : 1; /* at least the maps */
+		return -EAGAIN;
+	}
 	while (fgets(line, sizeof(line), f)) {
 		struct elf_image *img = NULL;
 		struct frametable *ft = NULL;
 		uint64_t off, vaddr;
 		struct module *mod;
 
+		lines++;
 		/* a module is discovered at its first mapping (file offset 0);
 		 * known files, anonymous and special mappings are skipped */
 		if (maps_parse(line, &m) < 0 || m.path[0] != '/' || m.ino == 0 || m.offset != 0 ||
 		    known(ms, m.dev, m.ino))
 			continue;
-		if (open_mapped(pid, &m, &img) < 0)
+		ret = open_mapped(pid, &m, &img);
+		if (ret < 0) {
+			/* out of fds or memory: not a verdict, try at the next scan */
+			if (ret == -EMFILE || ret == -ENFILE || ret == -ENOMEM) {
+				transient++;
+				continue;
+			}
 			goto not_ocaml;
+		}
 		if (frametable_load_units(img, &ft) < 0 || elf_image_first_load(img, &off, &vaddr) < 0 || off != 0)
 			goto not_ocaml;
 		mod = push_module(ms);
@@ -190,7 +204,9 @@ not_ocaml:
 		}
 	}
 	fclose(f);
-	return added;
+	if (lines) /* a zombie's maps are empty: that says nothing */
+		ms->unreadable = transient;
+	return transient ? -EAGAIN : added;
 }
 
 const struct module *modules_find(const struct modules *ms, uint64_t pc)

@@ -35,6 +35,7 @@ struct modules {
 	size_t n;
 	struct module_range *ranges; /* every mapping of every module, sorted by start */
 	size_t nranges;
+	unsigned unreadable;         /* files the last scan could not open (no fds / memory) */
 };
 
 /* Register the executable (takes ownership of img and ft) mapped in `pid`
@@ -44,8 +45,9 @@ int modules_add_exe(struct modules *ms, pid_t pid, struct elf_image *img, struct
 /* Read /proc/PID/maps and add every mapped shared object not seen before
  * that carries OCaml frame tables (a .cmxs plugin).  For each new module,
  * calls fn(ctx, module) so the caller can load its descriptors into the
- * unwinder.  Returns the number of new modules, or -errno (-ESRCH once the
- * process is gone). */
+ * unwinder.  Returns the number of new modules; -EAGAIN if a file could not
+ * be read for want of descriptors or memory (scan again later: nothing was
+ * marked as seen); -ESRCH once the process is gone. */
 int modules_scan(struct modules *ms, pid_t pid, void (*fn)(void *ctx, const struct module *m), void *ctx);
 
 /* Module whose mapping contains the runtime address `pc`, or NULL. */

@@ -151,6 +151,12 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 		return OCAML_UNSUPPORTED_VERSION;
 	}
 
+	if (rt->major < 0 && has_symbol(img, "caml_domain_spawn")) {
+		snprintf(msg, msglen, "%s uses an OCaml 5 runtime, which camlheap does not support yet "
+				      "(supported: 4.13, 4.14)",
+			 name);
+		return OCAML_UNSUPPORTED_VERSION;
+	}
 	cs = elf_image_symbol(img, "Caml_state");
 	if (!cs)
 		strcat(missing, " Caml_state");
@@ -177,12 +183,6 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 		 * 4.13/4.14-compatible; the domain-state offsets are checked on
 		 * the live state at every sample, so a wrong guess is counted
 		 * and reported, never turned into made-up stacks. */
-		if (has_symbol(img, "caml_domain_spawn")) {
-			snprintf(msg, msglen, "%s uses an OCaml 5 runtime, which camlheap does not support yet "
-					      "(supported: 4.13, 4.14)",
-				 name);
-			return OCAML_UNSUPPORTED_VERSION;
-		}
 		snprintf(rt->version, sizeof(rt->version), "4.13-compatible");
 		rt->major = 4;
 		rt->minor = 13;

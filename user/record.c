@@ -313,10 +313,9 @@ static void record_until_stop(struct target *t, struct sampler *smp, struct inta
 		}
 		poll(fds, 4, 100);
 		sampler_consume(smp);
-		if (intake->rescan) {
-			intake->rescan = false;
-			modules_scan(&t->mods, t->pid, on_plugin, smp);
-		}
+		/* after an exec the mappings are the new program's: never scan them */
+		if (intake->rescan && !intake->exec)
+			intake->rescan = modules_scan(&t->mods, t->pid, on_plugin, smp) == -EAGAIN;
 		if (fds[0].revents & POLLIN) {
 			struct signalfd_siginfo si;
 
@@ -329,7 +328,7 @@ static void record_until_stop(struct target *t, struct sampler *smp, struct inta
 		if (intake->exec) {
 			/* exec replaced the program: the kernel side has forgotten
 			 * it, so nothing more can be sampled */
-			char now[256] = "another program";
+			char now[4096] = "another program";
 
 			proc_exe_path(t->pid, now, sizeof(now));
 			snprintf(reason, len, "target called exec (now runs %s); the profile covers the time before",
@@ -380,7 +379,7 @@ int record_run(const struct record_opts *o)
 	struct sampler *smp = NULL;
 	struct profile *prof = NULL;
 	struct intake intake = { 0 };
-	char msg[2048], reason[256] = "stopped";
+	char msg[8192], reason[8192] = "stopped";
 	char *command = NULL;
 	double t0 = now_s(), t_attached;
 	sigset_t mask, old_mask;
@@ -413,6 +412,10 @@ int record_run(const struct record_opts *o)
 		t.launched = true;
 		command = join_argv(o->argv);
 	}
+	/* A closed report pipe is an error to report, not a reason to die and
+	 * orphan the command.  Set only now: ignored dispositions survive exec,
+	 * and the command must get the caller's. */
+	signal(SIGPIPE, SIG_IGN);
 
 	if (target_inspect(&t, msg, sizeof(msg)) < 0)
 		goto fail_target;
@@ -426,14 +429,14 @@ int record_run(const struct record_opts *o)
 	ret = sampler_open(&cfg, t.ft, on_event, &intake, &smp, msg, sizeof(msg));
 	if (ret < 0)
 		goto fail_target;
-	ret = sampler_attach(smp, t.pid, t.bias, &t.rt, t.proc_exe, msg, sizeof(msg));
+	ret = sampler_attach(smp, t.pid, t.bias, &t.rt, t.proc_exe, t.exe, msg, sizeof(msg));
 	if (ret == 0) {
 		ret = target_check_unchanged(&t);
 		if (ret < 0)
 			snprintf(msg, sizeof(msg), "cannot check PID %d after attaching: %s", t.pid, strerror(-ret));
 	}
 	if (ret < 0) {
-		if (!t.launched && kill(t.pid, 0) < 0 && errno == ESRCH)
+		if (!t.launched && target_gone(&t))
 			snprintf(msg, sizeof(msg), "PID %d exited while camlheap was attaching: nothing recorded", t.pid);
 		else if (ret == -ESTALE || target_check_unchanged(&t) == -ESTALE)
 			snprintf(msg, sizeof(msg),
@@ -444,7 +447,7 @@ int record_run(const struct record_opts *o)
 	}
 	/* Plugins loaded before the caml_register_frametable probe existed
 	 * (attach mode): load them now; later ones arrive as notes. */
-	modules_scan(&t.mods, t.pid, on_plugin, smp);
+	intake.rescan = modules_scan(&t.mods, t.pid, on_plugin, smp) == -EAGAIN;
 	if (t.launched && proc_launch_release(t.pid) < 0) {
 		snprintf(msg, sizeof(msg), "cannot let PID %d run (ptrace detach: %s)", t.pid, strerror(errno));
 		goto fail_target;
@@ -486,6 +489,7 @@ int record_run(const struct record_opts *o)
 	sampler_counters(smp, meta.counters);
 	for (size_t i = 0; i < t.mods.n; i++)
 		meta.plugins += !t.mods.v[i].is_exe && t.mods.v[i].ft;
+	meta.unreadable_files = t.mods.unreadable;
 	if (t.launched && waitpid(t.pid, &status, WNOHANG) == t.pid) {
 		reaped = true;
 		if (intake.exec) {

@@ -63,7 +63,7 @@ static GPtrArray *site_lines(const struct profile_site *s, struct modules *mods)
 	if (s->stack->nframes == 0) {
 		g_ptr_array_add(v, g_strdup_printf("[no OCaml frames: %s]",
 						   s->stack->term == CH_TERM_UNKNOWN_PC
-							   ? "allocated by the runtime before or outside OCaml code"
+							   ? "the first return address has no frame descriptor (runtime start-up, or a plugin whose frame tables were not loaded yet)"
 							   : term_names[s->stack->term]));
 		return v;
 	}
@@ -215,6 +215,11 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			"interval does not account for it; record again at a lower --rate\n",
 			c[CH_CNT_DROPPED_SAMPLES], c[CH_CNT_DROPPED_SAMPLES] + p->samples,
 			100.0 * (double)c[CH_CNT_DROPPED_SAMPLES] / (double)(c[CH_CNT_DROPPED_SAMPLES] + p->samples));
+	if (m->unreadable_files)
+		fprintf(out,
+			"warning     %u mapped file%s (possibly Dynlink plugins) could not be opened for want of "
+			"file descriptors: walks through their code end as unknown pc; raise `ulimit -n`\n",
+			m->unreadable_files, plural(m->unreadable_files));
 	if (c[CH_CNT_CAPPED])
 		fprintf(out,
 			"warning     %" PRIu64 " blocks drew more than 2^23 samples each and were capped there: "

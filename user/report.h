@@ -31,6 +31,7 @@ struct report_meta {
 	unsigned max_frames;
 	unsigned probes_emulated;      /* probes on kernel-emulated instructions */
 	unsigned plugins;              /* Dynlink plugins whose frame tables were loaded */
+	unsigned unreadable_files;     /* mapped files that could not be opened (fd limit) */
 	unsigned probes_total;
 	uint64_t counters[CH_CNT__COUNT]; /* BPF counters (enum ch_counter) */
 	double cpu_s;                  /* camlheap's own CPU time (user + system), seconds */

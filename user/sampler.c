@@ -192,7 +192,7 @@ fail:
 }
 
 int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
-		   const char *exe, char *err, size_t errlen)
+		   const char *exe, const char *exe_name, char *err, size_t errlen)
 {
 	struct bpf_program *progs[OCAML_PROBE__COUNT] = {
 		[OCAML_PROBE_TRACK_ALLOC_SHR] = s->skel->progs.on_track_alloc_shr,
@@ -235,7 +235,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 			int e = errno;
 
 			snprintf(err, errlen, "cannot attach a uprobe to %s (%s at file offset 0x%llx): %s%s",
-				 exe, rt->probes[i].symbol, (unsigned long long)rt->probes[i].file_offset,
+				 exe_name, rt->probes[i].symbol, (unsigned long long)rt->probes[i].file_offset,
 				 strerror(e),
 				 e == EPERM || e == EACCES ? " (needs CAP_PERFMON and CAP_SYS_ADMIN or root)" : "");
 			sampler_detach(s);

@@ -33,11 +33,11 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 
 /* Register `pid` (a tgid) with its load bias, then attach every planned probe
  * of `rt` to the executable at `exe` (a path, e.g. "/proc/PID/exe"),
- * filtered to that process, and the exec tracepoint (an exec ends the
+ * filtered to that process (`exe_name` is what messages call it), and the exec tracepoint (an exec ends the
  * process's sampling: CH_NOTE_EXEC).  Returns 0, or a negative errno with a
  * message. */
 int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
-		   const char *exe, char *err, size_t errlen);
+		   const char *exe, const char *exe_name, char *err, size_t errlen);
 
 /* Add the descriptors of a plugin mapped with load bias `bias` to the
  * unwinder's runtime-address map.  Returns 0 or -errno. */
