@@ -150,18 +150,20 @@ def check_binomial(samples, words, rate, what):
 
 
 def run_record(args, cmd, timeout=300, stdin=None, env=None):
-    """camlheap record ARGS -- CMD; returns (returncode, stdout, stderr)."""
-    p = subprocess.run([CAMLHEAP, "record"] + args + ["--"] + cmd, stdin=stdin or subprocess.DEVNULL,
+    """camlheap record ARGS -- CMD (stdin: bytes fed to it, or nothing);
+    returns (returncode, stdout, stderr)."""
+    p = subprocess.run([CAMLHEAP, "record"] + args + ["--"] + cmd, input=stdin,
+                       stdin=None if stdin is not None else subprocess.DEVNULL,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, env=env)
     return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
 
 
-def record_launch(cmd, rate, extra=(), timeout=300):
+def record_launch(cmd, rate, extra=(), timeout=300, stdin=None):
     """Launch-mode recording to a text report; returns (rc, fixture stdout, Report, stderr)."""
     d = tmpdir()
     out = os.path.join(d, "report.txt")
     rc, so, se = run_record(["--rate", repr(rate), "--top", "100000", "-o", out] + list(extra), cmd,
-                            timeout=timeout)
+                            timeout=timeout, stdin=stdin)
     text = open(out).read() if os.path.exists(out) else ""
     return rc, so, Report(text), se
 

@@ -48,3 +48,14 @@ def test_attach_after_plugin_loaded():
     rc, rep, err = r.finish()
     assert frc == 0 and rc == 0, err
     _check(rep, out, rate)
+
+
+def test_plugin_frames_known_before_its_code_runs():
+    # no waiting: the plugin allocates right after Dynlink registers its
+    # frame table; the kernel side reads the table at that very call, so no
+    # walk through plugin code may end early
+    rate = 1e-3
+    rc, out, rep, err = chtest.record_launch([fixture("dynhost"), PLUGIN, "n=20000"], rate, stdin=b"go\n")
+    assert rc == 0, err
+    assert rep.walks()["unknown pc"] == 0, rep.header["stacks"]
+    _check(rep, out, rate)
