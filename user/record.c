@@ -206,6 +206,18 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 	ret = proc_load_bias(t->pid, t->img, &t->bias);
 	if (ret == 0)
 		ret = modules_add_exe(&t->mods, t->pid, t->img, t->ft, t->bias);
+	if (ret == -ENOENT && !t->launched) {
+		struct stat now;
+
+		if (stat(t->proc_exe_link, &now) == 0 &&
+		    (now.st_dev != t->exe_st.st_dev || now.st_ino != t->exe_st.st_ino)) {
+			snprintf(msg, len,
+				 "PID %d called exec while camlheap was attaching: nothing recorded; attach again "
+				 "to profile the new program",
+				 t->pid);
+			return -ESTALE;
+		}
+	}
 	if (ret < 0) {
 		snprintf(msg, len, "PID %d: cannot find where %s is mapped (/proc/%d/maps): %s", t->pid, t->exe,
 			 t->pid, strerror(-ret));
