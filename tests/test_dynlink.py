@@ -21,14 +21,22 @@ def _check(rep, out, rate):
     assert "1 Dynlink plugin" in rep.header.get("sampler", ""), rep.header.get("sampler")
 
 
-def test_plugin_loaded_while_recording():
+def _record_plugin(attach_before_load):
+    """dynhost loads the plugin, which waits; camlheap attaches before the
+    load (the plugin then arrives as a note) or after it (found at attach);
+    the plugin allocates only once camlheap has its frame descriptors."""
     rate = 1e-3
     w = Waiting("dynhost", [PLUGIN, "n=5000"])
-    r = Recorder(w.pid, rate)
-    r.wait_attached()
+    if attach_before_load:
+        r = Recorder(w.pid, rate)
+        r.wait_attached()
     w.line()                   # load the plugin
     w.expect("LOADED")         # its initialisation runs, then waits
-    r.wait_stderr(b"dynplug.cmxs: ")  # camlheap has its frame descriptors
+    if attach_before_load:
+        r.wait_stderr(b"dynplug.cmxs: ")  # camlheap has read the plugin
+    else:
+        r = Recorder(w.pid, rate)
+        r.wait_attached()
     w.release()                # the plugin allocates
     frc, out, _ = w.finish()
     rc, rep, err = r.finish()
@@ -36,18 +44,12 @@ def test_plugin_loaded_while_recording():
     _check(rep, out, rate)
 
 
+def test_plugin_loaded_while_recording():
+    _record_plugin(attach_before_load=True)
+
+
 def test_attach_after_plugin_loaded():
-    rate = 1e-3
-    w = Waiting("dynhost", [PLUGIN, "n=5000"])
-    w.line()
-    w.expect("LOADED")
-    r = Recorder(w.pid, rate)
-    r.wait_attached()
-    w.release()
-    frc, out, _ = w.finish()
-    rc, rep, err = r.finish()
-    assert frc == 0 and rc == 0, err
-    _check(rep, out, rate)
+    _record_plugin(attach_before_load=False)
 
 
 def test_plugin_frames_known_before_its_code_runs():
