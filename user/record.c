@@ -147,6 +147,14 @@ struct target {
 
 
 
+static void say_exec_while_attaching(char *msg, size_t len, pid_t pid)
+{
+	snprintf(msg, len,
+		 "PID %d called exec while camlheap was attaching: nothing recorded; attach again to profile "
+		 "the new program",
+		 (int)pid);
+}
+
 /* Everything about the target that can fail before any probe exists. */
 static int target_inspect(struct target *t, char *msg, size_t len)
 {
@@ -211,10 +219,7 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 
 		if (stat(t->proc_exe_link, &now) == 0 &&
 		    (now.st_dev != t->exe_st.st_dev || now.st_ino != t->exe_st.st_ino)) {
-			snprintf(msg, len,
-				 "PID %d called exec while camlheap was attaching: nothing recorded; attach again "
-				 "to profile the new program",
-				 t->pid);
+			say_exec_while_attaching(msg, len, t->pid);
 			return -ESTALE;
 		}
 	}
@@ -451,10 +456,7 @@ int record_run(const struct record_opts *o)
 		if (!t.launched && target_gone(&t))
 			snprintf(msg, sizeof(msg), "PID %d exited while camlheap was attaching: nothing recorded", t.pid);
 		else if (ret == -ESTALE || target_check_unchanged(&t) == -ESTALE)
-			snprintf(msg, sizeof(msg),
-				 "PID %d called exec while camlheap was attaching: nothing recorded; attach again "
-				 "to profile the new program",
-				 t.pid);
+			say_exec_while_attaching(msg, sizeof(msg), t.pid);
 		goto fail_target;
 	}
 	/* Plugins loaded before the caml_register_frametable probe existed
