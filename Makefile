@@ -19,7 +19,7 @@ CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD)
 # Recursive (=): pkg-config runs in recipes, after `deps` installed it.
 CFLAGS   += $(shell pkg-config --cflags glib-2.0 2>/dev/null)
-LDLIBS   = -lbpf -ldw -lelf -lz -lm $(shell pkg-config --libs glib-2.0 2>/dev/null)
+LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread $(shell pkg-config --libs glib-2.0 2>/dev/null)
 
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I. -Iinclude -Wall -Wno-unused-function
 

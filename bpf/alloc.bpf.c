@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* alloc.bpf.c -- sample the OCaml 4.13/4.14 runtime's direct major, custom
- * (out-of-heap) and unmarshalled allocations, read-only.
+ * (out-of-heap) and unmarshalled allocations, read-only; the minor heap is
+ * sampled by minor.bpf.h, included at the end.
  *
  * Probes (entry uprobes; the first instruction of each is a push, which the
  * kernel emulates: ~1 us a hit instead of ~29 us single-stepped,
@@ -21,6 +22,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 
 #include "camlheap.h"
 #include "unwind.bpf.h"
@@ -145,17 +147,20 @@ static __always_inline int domain_state_plausible(__u64 caml_state)
 	       f[CH_OCAML4_YOUNG_ALLOC_START / 8] < f[CH_OCAML4_YOUNG_ALLOC_END / 8];
 }
 
-static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 block, __u64 words, __u32 n)
+/* Fill the per-CPU event with the sample's identity and its walked stack
+ * (stack id, and whether its frames must be sent).  Returns the event, or
+ * NULL if the scratch buffer is missing. */
+static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, __u8 kind, __u64 block, __u64 words,
+							     __u32 n)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 zero = 0;
 	__u8 one = 1;
 	struct ch_sample_event *ev = bpf_map_lookup_elem(&scratch, &zero);
 	__u64 caml_state = 0;
-	__u64 size, nf, flags;
 
 	if (!ev)
-		return;
+		return NULL;
 	ev->time_ns = bpf_ktime_get_ns();
 	ev->block_addr = block;
 	ev->size_words = words;
@@ -163,6 +168,8 @@ static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 bloc
 	ev->tid = (__u32)id;
 	ev->nsamples = n;
 	ev->kind = kind;
+	ev->alloc_idx = 0;
+	ev->nallocs = 1;
 
 	if (bpf_probe_read_user(&caml_state, sizeof(caml_state), (void *)(p->caml_state_sym + p->load_bias)) ||
 	    !caml_state || !domain_state_plausible(caml_state)) {
@@ -173,8 +180,18 @@ static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 bloc
 	} else {
 		unwind_ocaml4(ev, caml_state, p->load_bias);
 	}
-
 	ev->has_frames = bpf_map_update_elem(&stacks_sent, &ev->stack_id, &one, BPF_NOEXIST) == 0;
+	return ev;
+}
+
+/* Send a prepared event (its frames too if has_frames); count it, or count
+ * it lost.  After a successful send the frames are known to user space, so
+ * has_frames is cleared for further records of the same stack. */
+static __always_inline void output_event(struct ch_sample_event *ev)
+{
+	__u64 size, nf, flags;
+	__u32 n = ev->nsamples;
+
 	nf = ev->has_frames ? ev->nframes : 0;
 	if (nf > CH_MAX_FRAMES)
 		nf = CH_MAX_FRAMES;
@@ -192,6 +209,15 @@ static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 bloc
 	count(CH_CNT_SAMPLES, n);
 	if (ev->has_frames)
 		count(CH_CNT_NEW_STACKS, 1);
+	ev->has_frames = 0;
+}
+
+static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 block, __u64 words, __u32 n)
+{
+	struct ch_sample_event *ev = prepare_event(p, kind, block, words, n);
+
+	if (ev)
+		output_event(ev);
 }
 
 static __always_inline struct ch_proc *current_proc(void)
@@ -344,3 +370,5 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	emit_note(CH_NOTE_EXEC, 0);
 	return 0;
 }
+
+#include "minor.bpf.h"

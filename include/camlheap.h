@@ -25,7 +25,7 @@
 
 /* What a sample was taken from.  The numbering is part of the ABI. */
 enum ch_alloc_kind {
-	CH_KIND_MINOR = 0,      /* minor heap (issue: minor sampling; not sampled yet) */
+	CH_KIND_MINOR = 0,      /* minor heap, sampled through young_limit (channel A); words incl. header */
 	CH_KIND_MAJOR = 1,      /* direct major-heap allocation, caml_alloc_shr (words incl. header) */
 	CH_KIND_CUSTOM = 2,     /* out-of-heap memory declared by caml_alloc_custom_mem (words = bytes/8) */
 	CH_KIND_UNMARSHAL = 3,  /* unmarshalled (interned) region, words incl. headers */
@@ -65,6 +65,16 @@ enum ch_counter {
 	CH_CNT_NEW_STACKS,         /* events that carried their frames (first sight of a stack) */
 	CH_CNT_BAD_STATE,          /* Caml_state unreadable or inconsistent at a hit */
 	CH_CNT_CAPPED,             /* blocks whose samples were capped at 2^23 (huge block, huge rate) */
+	/* Minor heap, channel A (ocaml-runtime.md §2.4) */
+	CH_CNT_DISPATCH,           /* caml_alloc_small_dispatch calls seen (traps into the runtime) */
+	CH_CNT_MINOR_SAMPLES,      /* minor samples taken (also counted in CH_CNT_SAMPLES) */
+	CH_CNT_MISSED,             /* sample points the program passed without trapping (a lost or late write) */
+	CH_CNT_UNTRACKED,          /* sample points inside blocks the runtime allocates untracked (memprof skips them too) */
+	CH_CNT_EPOCHS,             /* minor cycles seen (a fresh sample point is drawn at each) */
+	CH_CNT_WRITES_QUEUED,      /* young_limit writes handed to the ptrace executor (SIGURG sent) */
+	CH_CNT_WRITES_KERNEL,      /* young_limit writes done in the kernel (bpf_probe_write_user) */
+	CH_CNT_WRITE_SKIPPED,      /* writes not done: an action was pending, or the thread is not ours to stop */
+	CH_CNT_SIGNAL_FAILED,      /* bpf_send_signal_thread failed: the write is lost (costs a missed sample at worst) */
 	CH_CNT__COUNT
 };
 
@@ -75,7 +85,54 @@ enum ch_counter {
 struct ch_proc {
 	__u64 load_bias;            /* runtime vaddr - link-time vaddr of the executable */
 	__u64 caml_state_sym;       /* link-time vaddr of the global `Caml_state` pointer (4.x) */
+	__u64 something_to_do_sym;  /* link-time vaddr of `int caml_something_to_do` (4.x signals.c) */
+	__u64 memprof_trigger_sym;  /* link-time vaddr of `value *caml_memprof_young_trigger` (4.x memprof.c) */
 	__s64 next_sample_words;    /* memprof's next_rand_geom: 0-based index of the next sampled word */
+	/* Channel A: the minor-heap sample point P of the current minor
+	 * cycle.  minor_trig is the address just above the next sampled word
+	 * (the word [minor_trig - 8, minor_trig) is sampled), or 0 when no
+	 * word of this cycle is left to sample.  Valid while Caml_state's
+	 * stat_minor_collections equals minor_epoch. */
+	__u64 minor_trig;
+	__u64 minor_epoch;
+	__u8 minor_armed;           /* minor_epoch has been set once */
+	__u8 minor_on;              /* sample the minor heap (an executor can write young_limit) */
+	__u8 pad[6];
+};
+
+/* Which executor performs the young_limit writes (ARCHITECTURE.md §4.4). */
+enum ch_executor {
+	CH_EXEC_OBSERVE = 0,  /* none: never write; minor samples only from the program's own Gc.Memprof */
+	CH_EXEC_PTRACE = 1,   /* BPF queues the write per thread and stops the thread with SIGURG */
+	CH_EXEC_KERNEL = 2,   /* bpf_probe_write_user in the probe itself */
+};
+
+/* Map `write_req`, key = tid: the write the ptrace executor must perform in
+ * that thread's SIGURG signal-delivery-stop, before the thread runs another
+ * instruction.  The executor writes `value` to `addr` only if `addr` still
+ * holds `expect` and the int at `pending_addr` (caml_something_to_do) is 0:
+ * otherwise the runtime changed the limit meanwhile (a signal, a GC
+ * request), and its value wins. */
+struct ch_write_req {
+	__u64 addr;          /* &Caml_state->young_limit (runtime address) */
+	__u64 expect;        /* young_limit as the probe saw it */
+	__u64 value;         /* what to store: max(young_trigger, memprof trigger, P) */
+	__u64 pending_addr;  /* &caml_something_to_do (runtime address) */
+};
+
+/* Map `dispatch_inflight`, key = {tid, stack pointer at entry}: the
+ * arguments of a caml_alloc_small_dispatch call, for its return probe,
+ * where the redone allocation's place is known. */
+struct ch_inflight_key {
+	__u64 sp;
+	__u32 tid;
+	__u32 pad;
+};
+struct ch_inflight {
+	__u64 wosize;
+	__u64 lens;          /* encoded_alloc_lens (unsigned char *), 0 from C */
+	__u32 flags;         /* CAML_DO_TRACK 1 | CAML_FROM_CAML 2 (4.13 runtime/caml/memory.h) */
+	__u32 nallocs;
 };
 
 /* Map `frametable`: key = link-time return address (pc - load_bias) of the
@@ -106,9 +163,9 @@ struct ch_sample_event {
 	__u8 kind;                  /* enum ch_alloc_kind */
 	__u8 term;                  /* enum ch_stack_term */
 	__u8 has_frames;
-	__u8 pad0;
+	__u8 alloc_idx;             /* minor: which allocation of a combined (Comballoc) block, 0 = lowest address */
 	__u32 nframes;              /* depth of the walked stack */
-	__u32 pad1;
+	__u32 nallocs;              /* minor: allocations combined in the block (1 without Comballoc) */
 	__u64 frames[CH_MAX_FRAMES];
 };
 
@@ -121,6 +178,7 @@ struct ch_sample_event {
 #define CH_OCAML4_YOUNG_PTR 8
 #define CH_OCAML4_YOUNG_ALLOC_START 48
 #define CH_OCAML4_YOUNG_ALLOC_END 56
+#define CH_OCAML4_YOUNG_TRIGGER 72
 #define CH_OCAML4_BOTTOM_OF_STACK 208
 #define CH_OCAML4_LAST_RETURN_ADDRESS 216
 #define CH_OCAML4_STAT_MINOR_COLLECTIONS 320

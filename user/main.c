@@ -27,10 +27,12 @@ static const char record_doc[] =
 	"Stops on Ctrl-C, SIGTERM, --duration or when the target exits, then writes the report. "
 	"In launch mode the command starts stopped at exec, runs once the probes are attached, keeps "
 	"its stdin/stdout/stderr, and camlheap exits with its status. "
-	"Minor-heap allocations are not sampled yet: reports cover direct major-heap, custom "
-	"(out-of-heap) and unmarshalled allocations.";
+	"Every allocation is sampled: minor-heap ones by raising the runtime's young_limit so that the "
+	"sampled word traps (an executor writes it: the kernel where it allows bpf_probe_write_user, else a "
+	"ptrace stop of the allocating thread), direct major-heap, custom (out-of-heap) and unmarshalled ones "
+	"through read-only probes. The report's first line names the executor that ran.";
 
-enum { OPT_MAX_DEPTH = 0x100 };
+enum { OPT_MAX_DEPTH = 0x100, OPT_EXECUTOR, OPT_KEEP_AWAKE };
 
 static const struct argp_option record_options[] = {
 	{ "pid", 'p', "PID", 0, "Attach to this running process", 0 },
@@ -40,6 +42,16 @@ static const struct argp_option record_options[] = {
 	{ "format", 'f', "FORMAT", 0, "text (default) or collapsed (flamegraph.pl / speedscope input, bytes)", 0 },
 	{ "top", 'n', "N", 0, "Sites shown in the text report (default 20)", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
+	{ "executor", OPT_EXECUTOR, "WHICH", 0,
+	  "Who writes young_limit for minor-heap sampling: auto (default: kernel if allowed, else ptrace), "
+	  "kernel (bpf_probe_write_user; refused under kernel lockdown), ptrace (camlheap traces the target's "
+	  "threads: gdb/strace cannot attach meanwhile), observe (never write: no minor-heap sampling)",
+	  0 },
+	{ "keep-cpus-awake", OPT_KEEP_AWAKE, NULL, 0,
+	  "ptrace executor: spin an idle-priority thread on every CPU while recording, so that a stopped "
+	  "thread and the executor never wait for a halted (virtual) CPU to wake; costs no time to other "
+	  "programs but shows the idle CPUs as busy",
+	  0 },
 	{ 0 }
 };
 
@@ -100,6 +112,21 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		if (parse_long(arg, &v) || v < 1 || v > CH_MAX_FRAMES)
 			argp_error(state, "invalid --max-depth '%s' (1..%d)", arg, CH_MAX_FRAMES);
 		o->max_frames = (unsigned)v;
+		break;
+	case OPT_EXECUTOR:
+		if (!strcmp(arg, "auto"))
+			o->executor = RECORD_EXEC_AUTO;
+		else if (!strcmp(arg, "kernel"))
+			o->executor = RECORD_EXEC_KERNEL;
+		else if (!strcmp(arg, "ptrace"))
+			o->executor = RECORD_EXEC_PTRACE;
+		else if (!strcmp(arg, "observe"))
+			o->executor = RECORD_EXEC_OBSERVE;
+		else
+			argp_error(state, "unknown executor '%s' (auto, kernel, ptrace or observe)", arg);
+		break;
+	case OPT_KEEP_AWAKE:
+		o->keep_cpus_awake = true;
 		break;
 	case ARGP_KEY_ARG:
 		/* The command starts at the first non-option; its own options

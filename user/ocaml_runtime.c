@@ -11,12 +11,110 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_TRACK_CUSTOM] = "caml_memprof_track_custom",
 	[OCAML_PROBE_TRACK_INTERNED] = "caml_memprof_track_interned",
 	[OCAML_PROBE_REGISTER_FRAMETABLE] = "caml_register_frametable",
+	[OCAML_PROBE_DISPATCH] = "caml_alloc_small_dispatch",
+	[OCAML_PROBE_DISPATCH_RET] = "caml_alloc_small_dispatch",
+	[OCAML_PROBE_REARM_UPDATE] = "caml_update_young_limit",
+	[OCAML_PROBE_REARM_PENDING] = "caml_do_pending_actions_exn",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
 static const bool probe_optional[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_REGISTER_FRAMETABLE] = true,
+	[OCAML_PROBE_DISPATCH] = true,
+	[OCAML_PROBE_DISPATCH_RET] = true,
+	[OCAML_PROBE_REARM_UPDATE] = true,
+	[OCAML_PROBE_REARM_PENDING] = true,
 };
+
+static uint32_t rd32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+long ocaml_runtime_find_rearm(const uint8_t *c, size_t len, uint64_t fn, uint64_t std_sym, uint64_t call_target)
+{
+	for (size_t i = 0; i + 10 <= len; i++) {
+		size_t j;
+
+		/* 8b 05 rel32: mov rel32(%rip),%eax, then 85 c0: test %eax,%eax */
+		if (c[i] != 0x8b || c[i + 1] != 0x05 || c[i + 6] != 0x85 || c[i + 7] != 0xc0)
+			continue;
+		if (fn + i + 6 + (uint64_t)(int64_t)(int32_t)rd32(c + i + 2) != std_sym)
+			continue;
+		j = i + 8;
+		if (c[j] != 0x74 && !(j + 1 < len && c[j] == 0x0f && c[j + 1] == 0x84))
+			continue;
+		if (!call_target)
+			return (long)j;
+		/* the call after the store's tail: within the next 32 bytes */
+		for (size_t k = j; k + 5 <= len && k < j + 32; k++)
+			if (c[k] == 0xe8 && fn + k + 5 + (uint64_t)(int64_t)(int32_t)rd32(c + k + 1) == call_target)
+				return (long)k;
+		return -1;
+	}
+	return -1;
+}
+
+/* The four minor-heap probes; on failure, say why in rt->minor_why. */
+static void plan_minor(const struct elf_image *img, struct ocaml_runtime *rt)
+{
+	const struct elf_symbol *std = elf_image_symbol(img, "caml_something_to_do");
+	const struct elf_symbol *mpt = elf_image_symbol(img, "caml_memprof_young_trigger");
+	const struct elf_symbol *pps = elf_image_symbol(img, "caml_process_pending_signals_exn");
+	struct {
+		enum ocaml_probe which;
+		uint64_t call_target;
+	} rearms[2] = { { OCAML_PROBE_REARM_UPDATE, 0 }, { OCAML_PROBE_REARM_PENDING, pps ? pps->vaddr : 0 } };
+
+	if (!rt->probes[OCAML_PROBE_DISPATCH].present || !std || !mpt || !pps) {
+		snprintf(rt->minor_why, sizeof(rt->minor_why),
+			 "the runtime lacks caml_alloc_small_dispatch, caml_something_to_do, "
+			 "caml_memprof_young_trigger or caml_process_pending_signals_exn");
+		goto off;
+	}
+	rt->something_to_do_sym = std->vaddr;
+	rt->memprof_trigger_sym = mpt->vaddr;
+	rt->probes[OCAML_PROBE_DISPATCH_RET] = rt->probes[OCAML_PROBE_DISPATCH];
+	rt->probes[OCAML_PROBE_DISPATCH_RET].retprobe = true;
+	if (rt->probes[OCAML_PROBE_DISPATCH].skipped) {
+		/* a uretprobe must sit on the entry; it is emulated only if the
+		 * entry instruction is */
+		const struct elf_symbol *d = elf_image_symbol(img, "caml_alloc_small_dispatch");
+
+		rt->probes[OCAML_PROBE_DISPATCH_RET].vaddr = d->vaddr;
+		rt->probes[OCAML_PROBE_DISPATCH_RET].skipped = 0;
+		rt->probes[OCAML_PROBE_DISPATCH_RET].emulated = false;
+		elf_image_vaddr_to_offset(img, d->vaddr, &rt->probes[OCAML_PROBE_DISPATCH_RET].file_offset);
+	}
+	for (int i = 0; i < 2; i++) {
+		struct ocaml_probe_point *pp = &rt->probes[rearms[i].which];
+		const struct elf_symbol *fn = elf_image_symbol(img, probe_symbols[rearms[i].which]);
+		size_t len = fn && fn->size && fn->size < 4096 ? fn->size : 256;
+		const uint8_t *code = fn ? elf_image_data(img, fn->vaddr, len) : NULL;
+		long at = code ? ocaml_runtime_find_rearm(code, len, fn->vaddr, std->vaddr, rearms[i].call_target) : -1;
+
+		pp->present = false;
+		if (at < 0) {
+			snprintf(rt->minor_why, sizeof(rt->minor_why),
+				 "the young_limit re-arm point in %s was not recognised (compiled differently "
+				 "from Debian's 4.13/4.14 runtime)",
+				 probe_symbols[rearms[i].which]);
+			goto off;
+		}
+		pp->symbol = probe_symbols[rearms[i].which];
+		pp->vaddr = fn->vaddr + (uint64_t)at;
+		pp->skipped = (unsigned)at;
+		pp->emulated = ocaml_runtime_insn_emulated(code + at, len - (size_t)at);
+		if (elf_image_vaddr_to_offset(img, pp->vaddr, &pp->file_offset) < 0)
+			goto off;
+		pp->present = true;
+	}
+	rt->minor_ok = true;
+	return;
+off:
+	for (int i = OCAML_PROBE_DISPATCH; i <= OCAML_PROBE_REARM_PENDING; i++)
+		rt->probes[i].present = false;
+}
 
 bool ocaml_runtime_insn_emulated(const uint8_t *c, size_t len)
 {
@@ -163,6 +261,8 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 	else
 		rt->caml_state_sym = cs->vaddr;
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
+		if (i == OCAML_PROBE_DISPATCH_RET || i == OCAML_PROBE_REARM_UPDATE || i == OCAML_PROBE_REARM_PENDING)
+			continue; /* planned by plan_minor */
 		if (plan_probe(img, probe_symbols[i], &rt->probes[i]) == 0)
 			rt->probes[i].present = true;
 		else if (!probe_optional[i]) {
@@ -170,6 +270,8 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 			strncat(missing, probe_symbols[i], sizeof(missing) - strlen(missing) - 1);
 		}
 	}
+	if (!missing[0])
+		plan_minor(img, rt);
 	if (missing[0]) {
 		snprintf(msg, msglen,
 			 "%s (OCaml %s) lacks runtime symbols camlheap probes:%s; the binary was probably "

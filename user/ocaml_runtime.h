@@ -16,6 +16,12 @@ enum ocaml_probe {
 	OCAML_PROBE_TRACK_CUSTOM,        /* caml_memprof_track_custom(value block, mlsize_t bytes) */
 	OCAML_PROBE_TRACK_INTERNED,      /* caml_memprof_track_interned(header_t *block, header_t *end) */
 	OCAML_PROBE_REGISTER_FRAMETABLE, /* caml_register_frametable(intnat *table): Dynlink (optional) */
+	/* Minor heap, channel A (ocaml-runtime.md §2.4).  All four or none:
+	 * without them the minor heap is not sampled, and the report says so. */
+	OCAML_PROBE_DISPATCH,            /* caml_alloc_small_dispatch entry (wosize, flags, nallocs, lens) */
+	OCAML_PROBE_DISPATCH_RET,        /* its return (uretprobe: a C function called from C only) */
+	OCAML_PROBE_REARM_UPDATE,        /* caml_update_young_limit, the jcc after the young_limit store */
+	OCAML_PROBE_REARM_PENDING,       /* caml_do_pending_actions_exn, the call after its inlined store */
 	OCAML_PROBE__COUNT
 };
 
@@ -26,12 +32,17 @@ struct ocaml_probe_point {
 	unsigned skipped;      /* bytes skipped past the entry to reach an emulated instruction */
 	bool emulated;         /* the kernel emulates the instruction (push/call/jmp/jcc/nop) */
 	bool present;          /* planned; false only for an optional probe whose symbol is absent */
+	bool retprobe;         /* a uretprobe on the function (vaddr is its entry) */
 };
 
 struct ocaml_runtime {
 	char version[32];      /* "4.13.1" */
 	int major, minor;
 	uint64_t caml_state_sym; /* link-time vaddr of the global `Caml_state` (4.x) */
+	uint64_t something_to_do_sym; /* link-time vaddr of `int caml_something_to_do` (4.x) */
+	uint64_t memprof_trigger_sym; /* link-time vaddr of `value *caml_memprof_young_trigger` (4.x) */
+	bool minor_ok;           /* every minor-heap probe and symbol was found */
+	char minor_why[256];     /* if not, why (for the report's first line) */
 	struct ocaml_probe_point probes[OCAML_PROBE__COUNT];
 };
 
@@ -55,6 +66,17 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
  * rdi/rsi/rdx/rcx changing (reg-reg mov into another register, pxor, sub/add
  * imm to rsp, endbr64); 0 otherwise.  Exposed for the unit tests. */
 unsigned ocaml_runtime_skippable_insn(const uint8_t *code, size_t len);
+
+/* Find the re-arm point inside `code` (the bytes of a function at link-time
+ * vaddr `fn`, `len` long): the first instruction after the runtime's
+ * young_limit recomputation, recognised by its tail `mov
+ * caml_something_to_do(%rip),%eax; test %eax,%eax; je ...` (the rip-relative
+ * load must address `std_sym`).  With `call_target` nonzero, the point is
+ * the `call call_target` that follows that tail (the inlined copy in
+ * caml_do_pending_actions_exn); otherwise it is the `je` itself.  Returns
+ * the point's offset from `fn`, or -1.  Source: 4.13.1 runtime/signals.c
+ * caml_update_young_limit, feasibility-4.13.md §4.6. */
+long ocaml_runtime_find_rearm(const uint8_t *code, size_t len, uint64_t fn, uint64_t std_sym, uint64_t call_target);
 
 /* True if the kernel's uprobe code emulates the instruction at `code`
  * instead of single-stepping it: push reg, nop, call rel32, jmp rel, jcc

@@ -11,20 +11,22 @@
 struct site_key {
 	uint64_t stack_id;
 	uint8_t kind;
+	uint8_t alloc_idx;
 };
 
 static guint site_key_hash(gconstpointer k)
 {
 	const struct site_key *s = k;
 
-	return (guint)(s->stack_id ^ (s->stack_id >> 32) ^ ((uint64_t)s->kind * 0x9e3779b9u));
+	return (guint)(s->stack_id ^ (s->stack_id >> 32) ^ ((uint64_t)s->kind * 0x9e3779b9u) ^
+		       ((uint64_t)s->alloc_idx * 0x85ebca6bu));
 }
 
 static gboolean site_key_equal(gconstpointer a, gconstpointer b)
 {
 	const struct site_key *x = a, *y = b;
 
-	return x->stack_id == y->stack_id && x->kind == y->kind;
+	return x->stack_id == y->stack_id && x->kind == y->kind && x->alloc_idx == y->alloc_idx;
 }
 
 static void stack_free(gpointer v)
@@ -81,7 +83,7 @@ static void profile_add_stack(struct profile *p, const struct ch_sample_event *e
 
 int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_t size)
 {
-	struct site_key key = { .stack_id = ev->stack_id, .kind = ev->kind };
+	struct site_key key = { .stack_id = ev->stack_id, .kind = ev->kind, .alloc_idx = ev->alloc_idx };
 	struct profile_site *site;
 
 	if (size < CH_EVENT_HEADER_BYTES || ev->kind >= CH_KIND__COUNT || ev->term >= CH_TERM__COUNT ||
@@ -105,6 +107,8 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 		}
 		*k = key;
 		site->kind = ev->kind;
+		site->alloc_idx = ev->alloc_idx;
+		site->nallocs = ev->nallocs;
 		site->stack_id = ev->stack_id;
 		g_hash_table_insert(p->sites, k, site);
 	}
@@ -138,6 +142,8 @@ static int site_cmp(const void *a, const void *b)
 		return x->kind < y->kind ? -1 : 1;
 	if (x->stack_id != y->stack_id)
 		return x->stack_id < y->stack_id ? -1 : 1;
+	if (x->alloc_idx != y->alloc_idx)
+		return x->alloc_idx < y->alloc_idx ? -1 : 1;
 	return 0;
 }
 

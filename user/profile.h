@@ -1,6 +1,6 @@
 /* profile.h -- the aggregate a recording builds from sample events: the
  * stacks seen (by stack id) and the allocation sites, one per (kind,
- * callstack), with their sample counts.  Frames are the runtime return
+ * callstack, Comballoc index), with their sample counts.  Frames are the runtime return
  * addresses the kernel walked; modules.h maps them to source.
  */
 #ifndef CH_PROFILE_H
@@ -20,6 +20,8 @@ struct profile_stack {
 
 struct profile_site {
 	uint8_t kind;          /* enum ch_alloc_kind */
+	uint8_t alloc_idx;     /* minor: the allocation of a combined (Comballoc) block, else 0 */
+	uint32_t nallocs;      /* minor: allocations combined at that point, else 1 */
 	uint64_t stack_id;
 	const struct profile_stack *stack; /* NULL if its frames never arrived */
 	uint64_t samples;      /* sum of nsamples */

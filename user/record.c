@@ -25,6 +25,7 @@
 #include "frametable.h"
 #include "ocaml_runtime.h"
 #include "proc.h"
+#include "ptexec.h"
 #include "profile.h"
 #include "sampler.h"
 #include "symbolize.h"
@@ -388,12 +389,52 @@ static bool wait_for_command(pid_t pid, int sigfd, int pidfd, int *status, int *
 	}
 }
 
+static const char *const executor_names[] = {
+	[CH_EXEC_OBSERVE] = "observe",
+	[CH_EXEC_PTRACE] = "ptrace",
+	[CH_EXEC_KERNEL] = "kernel",
+};
+
+/* --executor auto|kernel|ptrace|observe -> the executor that will run. */
+static int choose_executor(enum record_executor want, enum ch_executor *ex, char *msg, size_t len)
+{
+	int allowed;
+
+	switch (want) {
+	case RECORD_EXEC_PTRACE:
+		*ex = CH_EXEC_PTRACE;
+		return 0;
+	case RECORD_EXEC_OBSERVE:
+		*ex = CH_EXEC_OBSERVE;
+		return 0;
+	case RECORD_EXEC_KERNEL:
+	case RECORD_EXEC_AUTO:
+		allowed = sampler_kernel_write_allowed();
+		if (allowed == 1) {
+			*ex = CH_EXEC_KERNEL;
+			return 0;
+		}
+		if (want == RECORD_EXEC_AUTO) {
+			*ex = CH_EXEC_PTRACE;
+			return 0;
+		}
+		snprintf(msg, len,
+			 "--executor kernel: this kernel refuses BPF programs that call bpf_probe_write_user "
+			 "(kernel lockdown, the default under Secure Boot)%s; use --executor ptrace (or auto)",
+			 allowed == -EPERM ? ", or camlheap lacks the privileges to load BPF" : "");
+		return -EPERM;
+	}
+	return -EINVAL;
+}
+
 int record_run(const struct record_opts *o)
 {
 	struct target t = { .pid = o->pid, .exe_fd = -1 };
 	struct sampler_config cfg = { .rate = o->rate, .max_frames = o->max_frames, .ringbuf_bytes = RINGBUF_BYTES };
 	struct report_meta meta = { .top = o->top, .max_frames = o->max_frames };
 	struct sampler *smp = NULL;
+	struct ptexec *px = NULL;
+	enum ch_executor ex = CH_EXEC_OBSERVE;
 	struct profile *prof = NULL;
 	struct intake intake = { 0 };
 	char msg[8192], reason[8192] = "stopped";
@@ -413,6 +454,10 @@ int record_run(const struct record_opts *o)
 		fprintf(stderr, "camlheap: %s\n", msg);
 		return 2;
 	}
+	if (choose_executor(o->executor, &ex, msg, sizeof(msg)) < 0) {
+		fprintf(stderr, "camlheap: %s\n", msg);
+		return 2;
+	}
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
@@ -421,7 +466,12 @@ int record_run(const struct record_opts *o)
 	sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
 
 	if (o->argv) {
-		ret = proc_launch(o->argv, &old_mask, &t.pid, msg, sizeof(msg));
+		/* with the ptrace executor, its thread must be the tracer from
+		 * the start */
+		if (ex == CH_EXEC_PTRACE)
+			ret = ptexec_launch(o->argv, &old_mask, &t.pid, &px, msg, sizeof(msg));
+		else
+			ret = proc_launch(o->argv, &old_mask, &t.pid, msg, sizeof(msg));
 		if (ret < 0) {
 			fprintf(stderr, "camlheap: %s\n", msg);
 			return ret == -ENOENT ? 127 : ret == -EACCES ? 126 : 2;
@@ -436,6 +486,24 @@ int record_run(const struct record_opts *o)
 
 	if (target_inspect(&t, msg, sizeof(msg)) < 0)
 		goto fail_target;
+	if (!t.rt.minor_ok) {
+		meta.minor_off_why = t.rt.minor_why;
+		if (px) { /* nothing to write: let the command go untraced */
+			ptexec_free(px);
+			px = NULL;
+		}
+		ex = CH_EXEC_OBSERVE;
+	} else if (ex == CH_EXEC_OBSERVE) {
+		meta.minor_off_why = "--executor observe: camlheap never writes to the target";
+	} else if (ex == CH_EXEC_PTRACE && !px) {
+		/* every thread seized before any probe can queue a write */
+		ret = ptexec_attach(t.pid, &px, msg, sizeof(msg));
+		if (ret < 0)
+			goto fail_target;
+	}
+	cfg.executor = ex;
+	cfg.tracer_tgid = getpid();
+	meta.executor = executor_names[ex];
 
 	prof = profile_new(o->rate);
 	intake.prof = prof;
@@ -462,7 +530,9 @@ int record_run(const struct record_opts *o)
 	/* Plugins loaded before the caml_register_frametable probe existed
 	 * (attach mode): load them now; later ones arrive as notes. */
 	intake.rescan = modules_scan(&t.mods, t.pid, on_plugin, smp) == -EAGAIN;
-	if (t.launched && proc_launch_release(t.pid) < 0) {
+	if (px)
+		ptexec_run(px, sampler_write_req_fd(smp), o->keep_cpus_awake);
+	else if (t.launched && proc_launch_release(t.pid) < 0) {
 		snprintf(msg, sizeof(msg), "cannot let PID %d run (ptrace detach: %s)", t.pid, strerror(errno));
 		goto fail_target;
 	}
@@ -496,6 +566,22 @@ int record_run(const struct record_opts *o)
 		double t_detach = now_s();
 
 		sampler_detach(smp);
+		/* no probe queues a write any more: drain and let go */
+		if (px) {
+			struct ptexec_stats ps;
+
+			ptexec_stop(px);
+			ptexec_stats(px, &ps);
+			meta.exec_stops = ps.stops;
+			meta.exec_writes = ps.writes;
+			meta.exec_stale = ps.stale;
+			meta.exec_pending = ps.pending;
+			meta.exec_errors = ps.write_errors;
+			meta.exec_passed_signals = ps.passed_signals;
+			meta.exec_service_s = ps.service_s;
+			if (ptexec_exited(px, &status))
+				reaped = t.launched;
+		}
 		if (getenv("CAMLHEAP_DEBUG"))
 			fprintf(stderr, "camlheap: detached in %.3f s\n", now_s() - t_detach);
 	}
@@ -504,7 +590,7 @@ int record_run(const struct record_opts *o)
 	for (size_t i = 0; i < t.mods.n; i++)
 		meta.plugins += !t.mods.v[i].is_exe && t.mods.v[i].ft;
 	meta.unreadable_files = t.mods.unreadable;
-	if (t.launched && waitpid(t.pid, &status, WNOHANG) == t.pid) {
+	if (t.launched && (reaped || waitpid(t.pid, &status, WNOHANG) == t.pid)) {
 		reaped = true;
 		if (intake.exec) {
 			size_t n = strlen(reason);
@@ -528,7 +614,8 @@ int record_run(const struct record_opts *o)
 	meta.exe = t.exe;
 	meta.ocaml_version = t.rt.version;
 	meta.command = command;
-	meta.sampler_mode = "major+custom+unmarshal through read-only uprobes (minor heap: not sampled)";
+	meta.sampler_mode = meta.minor_off_why ? "major+custom+unmarshal through read-only uprobes"
+					       : "minor through young_limit traps; major+custom+unmarshal through read-only uprobes";
 	meta.end_reason = reason;
 	ret = write_report(o, prof, &meta, &t);
 	if (ret < 0) {
@@ -559,6 +646,9 @@ int record_run(const struct record_opts *o)
 
 fail_target:
 	fprintf(stderr, "camlheap: %s\n", msg);
+	if (px && t.launched)
+		kill(t.pid, SIGKILL); /* before the detach: it must not run unprofiled */
+	ptexec_free(px);
 	sampler_close(smp);
 	profile_free(prof);
 	target_release(&t);

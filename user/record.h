@@ -5,9 +5,18 @@
 #ifndef CH_RECORD_H
 #define CH_RECORD_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "report.h"
+
+/* --executor: who performs the young_limit writes of minor-heap sampling. */
+enum record_executor {
+	RECORD_EXEC_AUTO = 0,  /* kernel if this kernel allows bpf_probe_write_user, else ptrace */
+	RECORD_EXEC_KERNEL,
+	RECORD_EXEC_PTRACE,
+	RECORD_EXEC_OBSERVE,   /* never write: no minor-heap sampling */
+};
 
 struct record_opts {
 	pid_t pid;                 /* -p PID, or 0 with argv */
@@ -18,6 +27,8 @@ struct record_opts {
 	enum report_format format;
 	int top;
 	unsigned max_frames;
+	enum record_executor executor;
+	bool keep_cpus_awake;      /* ptrace executor: SCHED_IDLE spinners keep vCPUs from halting */
 };
 
 /* Run a recording.  Returns the process exit status for camlheap: in launch

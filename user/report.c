@@ -68,7 +68,9 @@ static GPtrArray *site_lines(const struct profile_site *s, struct modules *mods)
 		return v;
 	}
 	for (uint32_t i = 0; i < s->stack->nframes; i++) {
-		int n = modules_lookup(mods, s->stack->frames[i], 0, fr, MAX_INLINE);
+		/* the leaf of a minor sample is the allocation point: its
+		 * Comballoc index names the exact sub-allocation */
+		int n = modules_lookup(mods, s->stack->frames[i], i == 0 ? s->alloc_idx : 0, fr, MAX_INLINE);
 
 		for (int j = 0; j < n; j++) {
 			GString *g = g_string_new(fr[j].function);
@@ -164,13 +166,20 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	size_t ngroups = 0;
 	struct site_group *groups = group_sites(p, mods, &ngroups);
 	const uint64_t *c = m->counters;
-	char b1[32], b2[32], b3[32], b4[32];
-	uint64_t hits = c[CH_CNT_HITS_MAJOR] + c[CH_CNT_HITS_CUSTOM] + c[CH_CNT_HITS_UNMARSHAL];
+	char b1[32], b2[32], b3[32], b4[32], b5[32];
+	uint64_t hits = c[CH_CNT_HITS_MAJOR] + c[CH_CNT_HITS_CUSTOM] + c[CH_CNT_HITS_UNMARSHAL] + 2 * c[CH_CNT_DISPATCH];
 	double total = 0;
 
-	fprintf(out,
-		"camlheap: minor-heap allocations are not sampled; this profile covers direct major, custom "
-		"(out-of-heap) and unmarshalled allocations only\n");
+	if (!m->minor_off_why)
+		fprintf(out,
+			"camlheap: executor %s; every allocation is sampled: minor heap (young_limit, channel A), "
+			"direct major, custom (out-of-heap) and unmarshalled\n",
+			m->executor);
+	else
+		fprintf(out,
+			"camlheap: executor %s; minor-heap allocations are not sampled (%s); this profile covers "
+			"direct major, custom (out-of-heap) and unmarshalled allocations only\n",
+			m->executor, m->minor_off_why);
 	fprintf(out, "target      pid %d  %s  (OCaml %s)\n", m->pid, m->exe, m->ocaml_version);
 	if (m->command)
 		fprintf(out, "command     %s\n", m->command);
@@ -191,10 +200,12 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		"profiler    camlheap used %.2f s of CPU, peak RSS %.1f MiB; the target took %" PRIu64
 		" probe hit%s (~1 us each, more for samples with deep stacks)\n",
 		m->cpu_s, m->max_rss_mib, hits, plural(hits));
-	for (int k = CH_KIND_MAJOR; k < CH_KIND__COUNT; k++)
+	for (int k = CH_KIND_MINOR; k < CH_KIND__COUNT; k++)
 		total += est_bytes(p, p->samples_by_kind[k]);
-	fprintf(out, "allocated   estimated %s: major %s, custom %s, unmarshal %s\n",
+	fprintf(out, "allocated   estimated %s: minor %s, major %s, custom %s, unmarshal %s\n",
 		report_format_bytes(total, b1, sizeof(b1)),
+		m->minor_off_why ? "not sampled"
+				 : report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_MINOR]), b5, sizeof(b5)),
 		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_MAJOR]), b2, sizeof(b2)),
 		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_CUSTOM]), b3, sizeof(b3)),
 		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_UNMARSHAL]), b4, sizeof(b4)));
@@ -208,6 +219,30 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		g_hash_table_size(p->stacks), m->max_frames, p->walks_by_term[CH_TERM_CLEAN],
 		p->walks_by_term[CH_TERM_UNKNOWN_PC], p->walks_by_term[CH_TERM_READ_ERROR],
 		p->walks_by_term[CH_TERM_DEPTH]);
+	if (!m->minor_off_why) {
+		fprintf(out,
+			"minor       %" PRIu64 " samples; %" PRIu64 " traps into caml_alloc_small_dispatch, %" PRIu64
+			" minor cycles; sample points missed %" PRIu64 ", in untracked blocks %" PRIu64 "\n",
+			c[CH_CNT_MINOR_SAMPLES], c[CH_CNT_DISPATCH], c[CH_CNT_EPOCHS], c[CH_CNT_MISSED],
+			c[CH_CNT_UNTRACKED]);
+		if (!strcmp(m->executor, "ptrace"))
+			fprintf(out,
+				"executor    ptrace: %" PRIu64 " stops (%.1f us of service each), %" PRIu64
+				" writes, %" PRIu64 " stale, %" PRIu64 " left to a pending action, %" PRIu64
+				" errors; %" PRIu64 " of the program's own signals passed on\n",
+				m->exec_stops, m->exec_stops ? m->exec_service_s * 1e6 / (double)m->exec_stops : 0.0,
+				m->exec_writes, m->exec_stale, m->exec_pending, m->exec_errors, m->exec_passed_signals);
+		else
+			fprintf(out, "executor    kernel: %" PRIu64 " writes\n", c[CH_CNT_WRITES_KERNEL]);
+	}
+	if (c[CH_CNT_MISSED])
+		fprintf(out,
+			"warning     %" PRIu64 " minor sample points were passed without a trap (a young_limit write "
+			"lost or late): the minor estimates are low by about %" PRIu64 " samples\n",
+			c[CH_CNT_MISSED], c[CH_CNT_MISSED]);
+	if (c[CH_CNT_SIGNAL_FAILED])
+		fprintf(out, "warning     %" PRIu64 " young_limit writes could not be signalled to their thread\n",
+			c[CH_CNT_SIGNAL_FAILED]);
 	if (c[CH_CNT_DROPPED_SAMPLES])
 		fprintf(out,
 			"warning     %" PRIu64 " of %" PRIu64 " samples (%.1f %%) were dropped because camlheap did "
@@ -239,7 +274,8 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	if (!ngroups)
 		fprintf(out, "\n  (no samples: %s)\n",
 			hits ? "the sampled kinds of allocation were too few for this rate"
-			     : "the program made no direct major, custom or unmarshalled allocation while recorded");
+			     : m->minor_off_why ? "the program made no direct major, custom or unmarshalled allocation while recorded"
+						: "the program allocated nothing while recorded");
 	for (size_t i = 0; i < ngroups && (int)i < m->top; i++) {
 		const struct site_group *g = &groups[i];
 		double lo, hi;
@@ -273,7 +309,7 @@ static char *collapsed_key(const struct profile_site *s, struct modules *mods)
 	if (s->stack->term != CH_TERM_CLEAN)
 		g_string_append_printf(g, "[truncated: %s]", term_names[s->stack->term]);
 	for (int64_t i = (int64_t)s->stack->nframes - 1; i >= 0; i--) {
-		int n = modules_lookup(mods, s->stack->frames[i], 0, fr, MAX_INLINE);
+		int n = modules_lookup(mods, s->stack->frames[i], i == 0 ? s->alloc_idx : 0, fr, MAX_INLINE);
 
 		/* fr[] is innermost first; root-first order reverses it */
 		for (int j = n - 1; j >= 0; j--) {

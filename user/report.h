@@ -25,6 +25,11 @@ struct report_meta {
 	const char *ocaml_version;     /* "4.13.1" */
 	const char *command;           /* launch mode: the command line, else NULL */
 	const char *sampler_mode;      /* e.g. "major+custom+unmarshal (read-only uprobes)" */
+	const char *executor;          /* who wrote young_limit: "ptrace", "kernel", "observe" */
+	const char *minor_off_why;     /* NULL if the minor heap was sampled, else why not */
+	/* ptrace executor (all 0 otherwise) */
+	uint64_t exec_stops, exec_writes, exec_stale, exec_pending, exec_errors, exec_passed_signals;
+	double exec_service_s;         /* time the stopped threads waited for the executor, seconds */
 	const char *end_reason;        /* "target exited with status 0", "duration elapsed", ... */
 	double duration_s;             /* recording time, seconds */
 	double attach_s;               /* from start to probes attached, seconds */
@@ -39,8 +44,8 @@ struct report_meta {
 	int top;                       /* sites shown in the text report */
 };
 
-/* Write the text report: the first line says which allocations are not
- * sampled; a header (target, OCaml version, lambda, duration, samples,
+/* Write the text report: the first line names the executor and says which
+ * allocations are sampled; a header (target, OCaml version, lambda, duration, samples,
  * dropped events, sampler mode, stack-walk terminations); then the `top`
  * sites by estimated bytes, each with samples, a 95 % interval and its full
  * callstack.  Returns 0 or -EIO. */

@@ -13,6 +13,7 @@
 #include <bpf/libbpf.h>
 
 #include "alloc.skel.h"
+#include "probe_write.skel.h"
 
 struct sampler {
 	struct alloc_bpf *skel;
@@ -22,6 +23,7 @@ struct sampler {
 	sampler_event_fn fn;
 	void *ctx;
 	double rate;
+	enum ch_executor executor;
 };
 
 /* splitmix64: seeds and stratum jitter; quality is ample for this. */
@@ -141,6 +143,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	s->fn = fn;
 	s->ctx = ctx;
 	s->rate = cfg->rate;
+	s->executor = cfg->executor;
 	libbpf_set_print(libbpf_quiet);
 
 	s->skel = alloc_bpf__open();
@@ -150,6 +153,8 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 		goto fail;
 	}
 	s->skel->rodata->max_frames = cfg->max_frames;
+	s->skel->rodata->executor = cfg->executor;
+	s->skel->rodata->tracer_tgid = (__u32)cfg->tracer_tgid;
 	bpf_map__set_max_entries(s->skel->maps.frametable, ft->count ? ft->count : 1);
 	bpf_map__set_max_entries(s->skel->maps.events, cfg->ringbuf_bytes);
 	ret = alloc_bpf__load(s->skel);
@@ -199,10 +204,17 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_TRACK_CUSTOM] = s->skel->progs.on_track_custom,
 		[OCAML_PROBE_TRACK_INTERNED] = s->skel->progs.on_track_interned,
 		[OCAML_PROBE_REGISTER_FRAMETABLE] = s->skel->progs.on_register_frametable,
+		[OCAML_PROBE_DISPATCH] = s->skel->progs.on_dispatch,
+		[OCAML_PROBE_DISPATCH_RET] = s->skel->progs.on_dispatch_ret,
+		[OCAML_PROBE_REARM_UPDATE] = s->skel->progs.on_rearm,
+		[OCAML_PROBE_REARM_PENDING] = s->skel->progs.on_rearm,
 	};
 	struct ch_proc proc = {
 		.load_bias = load_bias,
 		.caml_state_sym = rt->caml_state_sym,
+		.something_to_do_sym = rt->something_to_do_sym,
+		.memprof_trigger_sym = rt->memprof_trigger_sym,
+		.minor_on = rt->minor_ok && s->executor != CH_EXEC_OBSERVE,
 	};
 	__u32 key = pid;
 	uint64_t first, seed = 0;
@@ -226,9 +238,11 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		return -e;
 	}
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
-		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = false);
+		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = rt->probes[i].retprobe);
 
 		if (!rt->probes[i].present)
+			continue;
+		if (i >= OCAML_PROBE_DISPATCH && i <= OCAML_PROBE_REARM_PENDING && !proc.minor_on)
 			continue;
 		s->links[i] = bpf_program__attach_uprobe_opts(progs[i], pid, exe, rt->probes[i].file_offset, &opts);
 		if (!s->links[i]) {
@@ -243,6 +257,28 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		}
 	}
 	return 0;
+}
+
+int sampler_kernel_write_allowed(void)
+{
+	struct probe_write_bpf *skel;
+	int ret;
+
+	libbpf_set_print(libbpf_quiet);
+	skel = probe_write_bpf__open();
+	if (!skel)
+		return -errno;
+	ret = probe_write_bpf__load(skel);
+	probe_write_bpf__destroy(skel);
+	if (ret == 0)
+		return 1;
+	/* lockdown: "cannot use helper bpf_probe_write_user" (EINVAL) */
+	return ret == -EPERM ? -EPERM : 0;
+}
+
+int sampler_write_req_fd(const struct sampler *s)
+{
+	return bpf_map__fd(s->skel->maps.write_req);
 }
 
 int sampler_add_runtime_frames(struct sampler *s, const struct frametable *ft, uint64_t bias)

@@ -17,6 +17,8 @@ struct sampler_config {
 	double rate;            /* lambda: samples per allocated word, 0 < rate <= 1 */
 	unsigned max_frames;    /* stack walk depth, 1..CH_MAX_FRAMES */
 	size_t ringbuf_bytes;   /* power of two >= 4096 */
+	enum ch_executor executor; /* who writes young_limit for the minor heap (observe: nobody) */
+	pid_t tracer_tgid;      /* ptrace executor: camlheap's own PID (the BPF guard checks the tracer) */
 };
 
 /* Called for each event; `size` bytes are valid (frames only if has_frames). */
@@ -31,13 +33,24 @@ struct sampler;
 int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, sampler_event_fn fn, void *ctx,
 		 struct sampler **out, char *err, size_t errlen);
 
-/* Register `pid` (a tgid) with its load bias, then attach every planned probe
- * of `rt` to the executable at `exe` (a path, e.g. "/proc/PID/exe"),
+/* Register `pid` (a tgid) with its load bias (the minor heap is sampled if
+ * `rt` has the minor probes and the executor is not observe), then attach
+ * every planned probe of `rt` to the executable at `exe` (a path, e.g. "/proc/PID/exe"),
  * filtered to that process (`exe_name` is what messages call it), and the exec tracepoint (an exec ends the
  * process's sampling: CH_NOTE_EXEC).  Returns 0, or a negative errno with a
  * message. */
 int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
 		   const char *exe, const char *exe_name, char *err, size_t errlen);
+
+/* Can this kernel run BPF programs that call bpf_probe_write_user?  Loads
+ * a tiny uprobe program that does (bpf/probe_write.bpf.c) and unloads it.
+ * False under kernel lockdown (Secure Boot), which refuses the helper.
+ * Returns 1, 0, or a negative errno if BPF itself cannot be loaded. */
+int sampler_kernel_write_allowed(void);
+
+/* fd of the `write_req` map (tid -> struct ch_write_req) that the ptrace
+ * executor drains. */
+int sampler_write_req_fd(const struct sampler *s);
 
 /* Add the descriptors of a plugin mapped with load bias `bias` to the
  * unwinder's runtime-address map.  Returns 0 or -errno. */

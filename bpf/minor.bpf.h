@@ -1,0 +1,367 @@
+/* minor.bpf.h -- sample the OCaml 4.13/4.14 minor heap from outside the
+ * process: channel A of ocaml-runtime.md §2.4, design B of
+ * feasibility-4.13.md §4.3.  Included at the end of alloc.bpf.c (it shares
+ * its maps, pool and event path).
+ *
+ * Model (ARCHITECTURE.md §4.1): every allocated word is sampled with
+ * probability lambda, exactly as Gc.Memprof does.  One sample point P per
+ * process and minor cycle (the 4.x minor heap is global): P is the address
+ * just above the next sampled word.  To make the program trap when it
+ * allocates that word, young_limit is raised to P; the allocation that
+ * crosses it calls caml_alloc_small_dispatch, whose return probe sees where
+ * the (redone) block finally lies and samples it if it covers P, as memprof's
+ * own check at the end of dispatch does (4.13.1 runtime/minor_gc.c:508-560).
+ *
+ * Probes, all on instructions the kernel emulates:
+ *   caml_alloc_small_dispatch entry (push %r15): remember the arguments
+ *   caml_alloc_small_dispatch return (uretprobe; called from C only):
+ *     sample, draw the next P, fix the limit
+ *   re-arm points, right after the runtime recomputed young_limit:
+ *     caml_update_young_limit at the `je` after the store (+0x24 in 4.13.1)
+ *     caml_do_pending_actions_exn at `call caml_process_pending_signals_exn`
+ *     (+0x4c: GCC inlined caml_update_young_limit there, signals.c:260)
+ *
+ * Writes (only ever young_limit, never caml_memprof_young_trigger, whose
+ * write kills a 4.x target whose memprof is off, ocaml-runtime.md §2.3):
+ * the value is max(young_trigger, caml_memprof_young_trigger, P), a value
+ * the runtime's own formula could produce with P <= young_ptr, and never
+ * while caml_something_to_do is set or young_limit is young_alloc_end (a
+ * pending action: the runtime's value wins).  The executor (rodata
+ * `executor`) performs them: in the kernel (bpf_probe_write_user, only
+ * where the kernel allows it), or through a ptrace stop of the thread
+ * (ptrace-executor.md), or not at all (observe).
+ */
+#ifndef CH_MINOR_BPF_H
+#define CH_MINOR_BPF_H
+
+#define CH_SIGURG 23
+#define CH_PF_EXITING 0x00000004 /* include/linux/sched.h */
+#define CH_DO_TRACK 1            /* 4.13.1 runtime/caml/memory.h */
+
+const volatile __u32 executor = CH_EXEC_OBSERVE;
+const volatile __u32 tracer_tgid = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32); /* tid */
+	__type(value, struct ch_write_req);
+} write_req SEC(".maps");
+
+/* Entry arguments by {tid, sp}: nested dispatches (a signal handler that
+ * allocates) each have their own; an exception that escapes dispatch
+ * leaves an entry behind, which the LRU evicts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct ch_inflight_key);
+	__type(value, struct ch_inflight);
+} dispatch_inflight SEC(".maps");
+
+/* Words of the innermost dispatch in flight per thread, for the re-arm
+ * points: a P inside the block about to be redone is left to the return
+ * probe, which saves a write. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64);
+} inflight_whsize SEC(".maps");
+
+/* The part of the domain state channel A reads, at a runtime entry point
+ * (where Caml_state->young_ptr is current). */
+struct minor_view {
+	__u64 cs;            /* Caml_state (runtime address) */
+	__u64 limit;         /* young_limit */
+	__u64 yp;            /* young_ptr */
+	__u64 start;         /* young_alloc_start */
+	__u64 end;           /* young_alloc_end */
+	__u64 young_trigger; /* young_trigger (young_alloc_mid or _start) */
+	__u64 memprof_trig;  /* caml_memprof_young_trigger */
+	__u64 epoch;         /* stat_minor_collections */
+	__u32 pending;       /* caml_something_to_do */
+};
+
+static __always_inline int minor_read_view(struct ch_proc *p, struct minor_view *v)
+{
+	__u64 f[10];
+
+	if (bpf_probe_read_user(&v->cs, 8, (void *)(p->caml_state_sym + p->load_bias)) || !v->cs ||
+	    bpf_probe_read_user(f, sizeof(f), (void *)v->cs) ||
+	    bpf_probe_read_user(&v->epoch, 8, (void *)(v->cs + CH_OCAML4_STAT_MINOR_COLLECTIONS)) ||
+	    bpf_probe_read_user(&v->pending, 4, (void *)(p->something_to_do_sym + p->load_bias)) ||
+	    bpf_probe_read_user(&v->memprof_trig, 8, (void *)(p->memprof_trigger_sym + p->load_bias))) {
+		count(CH_CNT_BAD_STATE, 1);
+		return -1;
+	}
+	v->limit = f[0];
+	v->yp = f[CH_OCAML4_YOUNG_PTR / 8];
+	v->start = f[CH_OCAML4_YOUNG_ALLOC_START / 8];
+	v->end = f[CH_OCAML4_YOUNG_ALLOC_END / 8];
+	v->young_trigger = f[CH_OCAML4_YOUNG_TRIGGER / 8];
+	/* young_ptr may sit up to one block (257 words) below the heap in the
+	 * middle of an allocation (feasibility-4.13.md §4.7.1) */
+	if (!(v->start < v->end && v->yp + 257 * 8 >= v->start && v->yp <= v->end && v->young_trigger >= v->start &&
+	      v->young_trigger <= v->end)) {
+		count(CH_CNT_BAD_STATE, 1);
+		return -1;
+	}
+	return 0;
+}
+
+/* The sample point (g - 1) words below `top`: the first sampled word of a
+ * fresh geometric run starting at top; 0 if it falls below the heap. */
+static __always_inline __u64 minor_point_below(struct minor_view *v, __u64 top, __u64 g)
+{
+	__u64 room = top > v->start ? (top - v->start) / 8 : 0;
+
+	if (g > room) /* the sampled word would be under young_alloc_start */
+		return 0;
+	return top - (g - 1) * 8;
+}
+
+/* A new minor cycle: draw its first sample point from the top of the
+ * emptied heap (memoryless, and independent of earlier draws: no bias,
+ * feasibility-4.13.md §4.7.2).  On the first hit after attach, draw from
+ * young_ptr: earlier words were allocated before camlheap was there. */
+static __always_inline void minor_sync_epoch(struct ch_proc *p, struct minor_view *v)
+{
+	if (p->minor_armed && p->minor_epoch == v->epoch)
+		return;
+	p->minor_trig = minor_point_below(v, p->minor_armed ? v->end : (v->yp < v->end ? v->yp : v->end), geom_draw());
+	p->minor_epoch = v->epoch;
+	p->minor_armed = 1;
+	count(CH_CNT_EPOCHS, 1);
+}
+
+/* The program allocated past P without trapping there (a write lost or
+ * late): count the sample as missed and start a fresh run below `top`. */
+static __always_inline void minor_skip_passed(struct ch_proc *p, struct minor_view *v, __u64 top)
+{
+	if (p->minor_trig && p->minor_trig > top) {
+		count(CH_CNT_MISSED, 1);
+		p->minor_trig = minor_point_below(v, top, geom_draw());
+	}
+}
+
+/* Make young_limit max(young_trigger, memprof trigger, P), through the
+ * executor.  `inflight_words`: the words of a block this thread is about to
+ * redo just below young_ptr (0 if none); a P inside it is left as it is. */
+static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_view *v, __u64 inflight_words)
+{
+	__u64 want = v->young_trigger;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	if (v->memprof_trig > want && v->memprof_trig <= v->end)
+		want = v->memprof_trig;
+	if (p->minor_trig > want && p->minor_trig <= v->yp) {
+		if (inflight_words && p->minor_trig > v->yp - inflight_words * 8)
+			return; /* the return probe will sample that block and set the limit */
+		want = p->minor_trig;
+	}
+	if (want == v->limit)
+		return;
+	if (v->pending || v->limit == v->end) {
+		count(CH_CNT_WRITE_SKIPPED, 1);
+		return;
+	}
+	if (executor == CH_EXEC_KERNEL) {
+		__u32 pending = 0;
+
+		if (bpf_probe_write_user((void *)v->cs, &want, sizeof(want)))
+			return;
+		count(CH_CNT_WRITES_KERNEL, 1);
+		/* the runtime's own re-check (signals.c caml_update_young_limit):
+		 * a signal recorded meanwhile must still be seen */
+		if (!bpf_probe_read_user(&pending, 4, (void *)(p->something_to_do_sym + p->load_bias)) && pending)
+			bpf_probe_write_user((void *)v->cs, &v->end, sizeof(v->end));
+	} else if (executor == CH_EXEC_PTRACE) {
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+		struct ch_write_req req = {
+			.addr = v->cs,
+			.expect = v->limit,
+			.value = want,
+			.pending_addr = p->something_to_do_sym + p->load_bias,
+		};
+
+		/* Stop only a thread camlheap traces, and never once camlheap
+		 * is dying (its links outlive its ptrace for ~0.3 s,
+		 * ptrace-e2e-4.13.md §3). */
+		if (!BPF_CORE_READ(task, ptrace) || BPF_CORE_READ(task, parent, tgid) != tracer_tgid ||
+		    (BPF_CORE_READ(task, parent, flags) & CH_PF_EXITING)) {
+			count(CH_CNT_WRITE_SKIPPED, 1);
+			return;
+		}
+		if (bpf_map_update_elem(&write_req, &tid, &req, BPF_ANY))
+			return;
+		if (bpf_send_signal_thread(CH_SIGURG)) {
+			bpf_map_delete_elem(&write_req, &tid);
+			count(CH_CNT_SIGNAL_FAILED, 1);
+			return;
+		}
+		count(CH_CNT_WRITES_QUEUED, 1);
+	}
+}
+
+struct minor_attr {
+	__s64 trig_ofs;  /* words from the block start to just above the next sampled word */
+	__s64 alloc_ofs; /* words from the block start to the current allocation */
+	__s64 idx;       /* current allocation of the combined block */
+	__u64 lens;      /* encoded_alloc_lens, or 0 */
+	__u64 wosize;
+	__u64 yp;
+	__u64 cur_whsize;
+	__u32 n;
+	__u32 started;
+};
+
+/* One step of memprof's Comballoc loop (4.13.1 runtime/memprof.c
+ * caml_memprof_track_young): allocations from the last (highest address)
+ * to the first; each gets one sample per sample point inside it; a sampled
+ * allocation becomes one event with its index, so each source position of a
+ * combined allocation is reported on its own. */
+static long minor_attr_step(__u32 i, void *data)
+{
+	struct minor_attr *a = data;
+	__u32 zero = 0;
+	struct ch_sample_event *ev;
+
+	if (!a->started) {
+		__u64 wos = a->wosize;
+
+		if (a->idx < 0)
+			return 1;
+		if (a->lens) {
+			__u8 enc = 0;
+
+			if (bpf_probe_read_user(&enc, 1, (void *)(a->lens + a->idx)))
+				return 1;
+			wos = (__u64)enc + 1; /* Wosize_encoded_alloc_len, runtime/caml/stack.h */
+		}
+		a->cur_whsize = wos + 1;
+		a->alloc_ofs -= (__s64)a->cur_whsize;
+		if (a->alloc_ofs < 0) /* lengths inconsistent with wosize: stop */
+			return 1;
+		a->n = 0;
+		a->started = 1;
+	}
+	if (a->alloc_ofs < a->trig_ofs) {
+		a->n++;
+		a->trig_ofs -= (__s64)geom_draw();
+		return 0;
+	}
+	if (a->n && (ev = bpf_map_lookup_elem(&scratch, &zero))) {
+		ev->nsamples = a->n;
+		ev->alloc_idx = (__u8)a->idx;
+		ev->size_words = a->cur_whsize;
+		ev->block_addr = a->yp + (__u64)a->alloc_ofs * 8 + 8; /* Val_hp */
+		output_event(ev);
+		count(CH_CNT_MINOR_SAMPLES, a->n);
+	}
+	a->idx--;
+	a->started = 0;
+	return 0;
+}
+
+/* The block [yp, yp + whsize) covers P: walk the stack once, then give
+ * each allocation of the block its samples.  Leaves P below the block. */
+static __always_inline void minor_sample_block(struct ch_proc *p, struct minor_view *v, struct ch_inflight *in)
+{
+	struct minor_attr a = {
+		.trig_ofs = (__s64)((p->minor_trig - v->yp) / 8),
+		.alloc_ofs = (__s64)in->wosize + 1,
+		.idx = in->lens && in->nallocs ? (__s64)in->nallocs - 1 : 0,
+		.lens = in->nallocs ? in->lens : 0,
+		.wosize = in->wosize,
+		.yp = v->yp,
+	};
+	struct ch_sample_event *ev = prepare_event(p, CH_KIND_MINOR, 0, 0, 0);
+	__u64 t;
+
+	if (ev)
+		ev->nallocs = a.lens ? in->nallocs : 1;
+	bpf_loop(4096, minor_attr_step, &a, 0);
+	/* trig_ofs <= 0 now (or a malformed block was cut short): continue
+	 * the run below the block */
+	if (a.trig_ofs > 0)
+		a.trig_ofs = 0;
+	t = v->yp - (__u64)(-a.trig_ofs) * 8;
+	p->minor_trig = t >= v->start + 8 && t <= v->yp ? t : 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(on_dispatch, __u64 wosize, __u32 flags, __u32 nallocs, __u64 lens)
+{
+	struct ch_proc *p = current_proc();
+	struct ch_inflight_key k = { .sp = PT_REGS_SP(ctx), .tid = (__u32)bpf_get_current_pid_tgid() };
+	struct ch_inflight in = { .wosize = wosize, .lens = lens, .flags = flags, .nallocs = nallocs };
+	__u64 whsize = wosize + 1;
+
+	if (!p || !p->minor_on)
+		return 0;
+	count(CH_CNT_DISPATCH, 1);
+	if (wosize > 256 || nallocs > 256) /* Max_young_wosize; a small block or nothing */
+		return 0;
+	bpf_map_update_elem(&dispatch_inflight, &k, &in, BPF_ANY);
+	bpf_map_update_elem(&inflight_whsize, &k.tid, &whsize, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(on_dispatch_ret)
+{
+	struct ch_proc *p = current_proc();
+	/* the return popped the return address: sp is 8 above the entry's */
+	struct ch_inflight_key k = { .sp = PT_REGS_SP(ctx) - 8, .tid = (__u32)bpf_get_current_pid_tgid() };
+	struct ch_inflight *inp, in;
+	struct minor_view v;
+	__u64 top;
+
+	if (!p || !p->minor_on)
+		return 0;
+	inp = bpf_map_lookup_elem(&dispatch_inflight, &k);
+	if (!inp)
+		return 0;
+	in = *inp;
+	bpf_map_delete_elem(&dispatch_inflight, &k);
+	bpf_map_delete_elem(&inflight_whsize, &k.tid);
+	if (minor_read_view(p, &v))
+		return 0;
+	minor_sync_epoch(p, &v);
+	/* the redone allocation is [young_ptr, young_ptr + whsize) */
+	top = v.yp + (in.wosize + 1) * 8;
+	minor_skip_passed(p, &v, top);
+	if (p->minor_trig && p->minor_trig > v.yp) {
+		if (in.flags & CH_DO_TRACK) {
+			minor_sample_block(p, &v, &in);
+		} else {
+			/* memprof does not sample untracked blocks either
+			 * (renew_minor_sample at the end of dispatch) */
+			count(CH_CNT_UNTRACKED, 1);
+			p->minor_trig = minor_point_below(&v, v.yp, geom_draw());
+		}
+	}
+	minor_apply_limit(p, &v, 0);
+	return 0;
+}
+
+/* After the runtime stored its own young_limit (caml_update_young_limit,
+ * or its inlined copy in caml_do_pending_actions_exn). */
+SEC("uprobe")
+int on_rearm(struct pt_regs *ctx)
+{
+	struct ch_proc *p = current_proc();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct minor_view v;
+	__u64 *inflight;
+
+	if (!p || !p->minor_on || minor_read_view(p, &v))
+		return 0;
+	minor_sync_epoch(p, &v);
+	minor_skip_passed(p, &v, v.yp);
+	inflight = bpf_map_lookup_elem(&inflight_whsize, &tid);
+	minor_apply_limit(p, &v, inflight ? *inflight : 0);
+	return 0;
+}
+
+#endif
