@@ -13,7 +13,7 @@ OCAMLOPT ?= ocamlopt
 
 # Debian 12 packages the build, the tests, the demo and the bench need.
 DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-dev pkg-config make gcc \
-            ocaml-nox python3 python3-pyelftools procps util-linux
+            ocaml-nox python3 python3-pyelftools procps util-linux strace
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD)

@@ -137,6 +137,38 @@ class Report:
     def samples_at(self, function, kind=None):
         return sum(s["samples"] for s in self.sites_at(function, kind))
 
+    def samples_at_lines(self, module, lines, kind=None):
+        """Samples of the sites whose innermost frame in `module` (e.g.
+        "Alloc_minor.") is on one of `lines`: a Comballoc'd allocation is
+        told apart from its neighbours by its own line."""
+        n = 0
+        for s in self.sites:
+            if kind is not None and s["kind"] != kind:
+                continue
+            own = [f for f in s["frames"] if f["function"].startswith(module)]
+            if own and own[0]["line"] in lines:
+                n += s["samples"]
+        return n
+
+    def minor(self):
+        """{samples, traps, cycles, missed, untracked} from the 'minor' line."""
+        m = re.match(r"^(\d+) samples; (\d+) traps into caml_alloc_small_dispatch, (\d+) minor cycles; "
+                     r"sample points missed (\d+), in untracked blocks (\d+)$", self.header.get("minor", ""))
+        if not m:
+            return None
+        return dict(zip(("samples", "traps", "cycles", "missed", "untracked"), map(int, m.groups())))
+
+    def executor(self):
+        """{stops, writes, stale, pending, errors, passed} from the 'executor' line (ptrace)."""
+        m = re.match(r"^ptrace: (\d+) stops \(([\d.]+) us of service each\), (\d+) writes, (\d+) stale, "
+                     r"(\d+) left to a pending action, (\d+) errors; (\d+) of the program's own signals",
+                     self.header.get("executor", ""))
+        if not m:
+            return None
+        g = m.groups()
+        return {"stops": int(g[0]), "service_us": float(g[1]), "writes": int(g[2]), "stale": int(g[3]),
+                "pending": int(g[4]), "errors": int(g[5]), "passed": int(g[6])}
+
 
 def check_binomial(samples, words, rate, what):
     mean = rate * words

@@ -210,6 +210,46 @@ static bool serve_write(struct ptexec *x, pid_t t)
 	return true;
 }
 
+/* The next report of a traced thread, as a waitpid status.  A
+ * signal-delivery-stop is only peeked at (WNOWAIT): the kernel zeroes a
+ * stopped thread's signal when its tracer collects the stop, so if camlheap
+ * died between collecting it and resuming the thread (PTRACE_CONT with the
+ * signal), the target would lose that signal of its own.  Left uncollected,
+ * the signal survives the detach the kernel performs for a dead tracer.
+ * Exits and ptrace events are collected (they carry no signal to lose).
+ * Returns the tid, or -1 with errno. */
+static pid_t next_report(int *status)
+{
+	siginfo_t si;
+
+	for (;;) {
+		memset(&si, 0, sizeof(si));
+		if (waitid(P_ALL, 0, &si, WEXITED | WSTOPPED | __WALL | WNOWAIT) < 0)
+			return -1;
+		if (si.si_pid == 0)
+			continue;
+		switch (si.si_code) {
+		case CLD_TRAPPED:
+			if ((si.si_status & 0xff) == SIGTRAP && (si.si_status >> 8)) /* a ptrace event */
+				break;
+			if ((si.si_status >> 8) == PTRACE_EVENT_STOP)
+				break;
+			*status = (si.si_status << 8) | 0x7f; /* signal-delivery-stop: not collected */
+			return si.si_pid;
+		case CLD_EXITED:
+		case CLD_KILLED:
+		case CLD_DUMPED:
+		case CLD_STOPPED:
+			break;
+		default:
+			continue;
+		}
+		/* collect it (exits reap the thread; events carry no signal) */
+		if (waitpid(si.si_pid, status, __WALL | WNOHANG) == si.si_pid)
+			return si.si_pid;
+	}
+}
+
 static bool is_group_stop_signal(int sig)
 {
 	return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
@@ -228,7 +268,7 @@ static void serve(struct ptexec *x)
 {
 	while (!x->stop_req && x->ntids) {
 		int status;
-		pid_t t = waitpid(-1, &status, __WALL);
+		pid_t t = next_report(&status);
 		int sig, ev;
 
 		if (t < 0) {
@@ -294,7 +334,7 @@ static void drain(struct ptexec *x)
 		ptrace(PTRACE_INTERRUPT, x->tids[i], 0, 0);
 	while (x->ntids) {
 		int status, sig, ev;
-		pid_t t = waitpid(-1, &status, __WALL);
+		pid_t t = next_report(&status);
 		struct ch_write_req req;
 		__u32 key;
 

@@ -1,0 +1,221 @@
+"""Minor-heap sampling (channel A through the ptrace executor) against the
+fixture's known words per site, the runtime's own Gc.minor_words, and the
+runtime's own Gc.Memprof run in the same process; and the target's safety
+while camlheap writes young_limit (see chtest.py for the tolerances)."""
+import math
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import time
+
+import chtest
+from chtest import CAMLHEAP, Recorder, Waiting, check_binomial, fixture, record_launch, tmpdir
+
+MOD = "Alloc_minor."
+
+
+def _minor_words(out):
+    m = re.search(r"^MINOR_WORDS (\d+)$", out, re.M)
+    assert m, out
+    return int(m.group(1))
+
+
+def _check_sites(rep, truth, rate, what):
+    for site, (kind, words) in truth.items():
+        lines = chtest.site_lines(site)
+        assert lines, "no SITE marker for %s" % site
+        check_binomial(rep.samples_at_lines(MOD, lines, "minor"), words, rate, "%s %s" % (site, what))
+
+
+def _minor(rate, n, parts=()):
+    rc, out, rep, err = record_launch([fixture("alloc_minor"), "n=%d" % n] + list(parts), rate)
+    assert rc == 0, "camlheap exit %d: %s" % (rc, err)
+    assert rep.first_line().startswith("camlheap: executor ptrace; every allocation is sampled"), rep.first_line()
+    truth = chtest.parse_truth(out)
+    _check_sites(rep, truth, rate, "at rate %g" % rate)
+    # every minor sample against the runtime's own count of minor words
+    minor = rep.minor()
+    total = sum(s["samples"] for s in rep.sites if s["kind"] == "minor")
+    assert minor and minor["samples"] == total, (minor, total)
+    check_binomial(total, _minor_words(out), rate, "all minor samples vs Gc.minor_words at rate %g" % rate)
+    # no sample point was passed without a trap, no write went wrong
+    assert minor["missed"] == 0, rep.header.get("minor")
+    ex = rep.executor()
+    assert ex and ex["errors"] == 0, rep.header.get("executor")
+    assert rep.samples_total()[2] == 0, "dropped events: %s" % rep.header.get("samples")
+    return out, rep
+
+
+def test_minor_sites_rate_1e4():
+    # ~150 M words: ~15 000 samples
+    _minor(1e-4, 4_000_000)
+
+
+def test_minor_sites_rate_1e5():
+    # ~360 M words: ~3 600 samples
+    _minor(1e-5, 10_000_000)
+
+
+def test_minor_exact_at_rate_one():
+    """lambda = 1: every word is a sample point, so every allocation traps
+    and is sampled, Comballoc'd ones included: counts are exact."""
+    rc, out, rep, err = record_launch([fixture("alloc_minor"), "n=3000", "ratio", "c", "comb"], 1.0)
+    assert rc == 0, err
+    truth = chtest.parse_truth(out)
+    assert set(truth) == {MOD + s for s in ("big_site", "small_site", "c_site", "comb_pair", "comb_array")}, out
+    for site, (_, words) in truth.items():
+        got = rep.samples_at_lines(MOD, chtest.site_lines(site), "minor")
+        assert got == words, "%s: %d samples for %d words at rate 1" % (site, got, words)
+    # Gc.minor_words is read before the fixture prints it: the printing
+    # itself (a few dozen words) is sampled too
+    mw = _minor_words(out)
+    assert mw <= rep.minor()["samples"] <= mw + 200, (rep.header.get("minor"), mw)
+
+
+def test_minor_agrees_with_in_process_memprof():
+    """The fixture runs Gc.Memprof itself at the same rate: both sample the
+    same words independently, so per site the counts n1 (camlheap) and n2
+    (Gc.Memprof) are independent binomials of one mean and (n1 - n2) /
+    sqrt(n1 + n2) is approximately standard normal.  The test is at the 1 %
+    level as a whole: Bonferroni over the k sites, |z| <= z(1 - 0.01 / 2k)."""
+    rate = 1e-4
+    rc, out, rep, err = record_launch([fixture("alloc_minor"), "n=4000000", "memprof=%g" % rate], rate)
+    assert rc == 0, err
+    mp = {int(a): int(b) for a, b in re.findall(r"^MEMPROF (\d+) (\d+)$", out, re.M)}
+    truth = chtest.parse_truth(out)
+    assert len(truth) == 10, out
+    zcrit = statistics.NormalDist().inv_cdf(1 - 0.01 / (2 * len(truth)))
+    for site in truth:
+        lines = chtest.site_lines(site)
+        n1 = rep.samples_at_lines(MOD, lines, "minor")
+        n2 = sum(mp.get(line, 0) for line in lines)
+        assert n1 + n2 > 0, site
+        z = (n1 - n2) / math.sqrt(n1 + n2)
+        assert abs(z) <= zcrit, "%s: camlheap %d vs Gc.Memprof %d samples (z = %.2f, limit %.2f)" % (
+            site, n1, n2, z, zcrit)
+
+
+# Without systhreads the fixture is deterministic (finalisers run at points
+# fixed by the allocation sequence); with them, thread switches (a 50 ms tick)
+# make the finaliser count vary from run to run even without camlheap.
+DETERMINISTIC = ["ratio", "c", "comb", "fin", "sig"]
+
+
+def _plain_run(args):
+    p = subprocess.run([fixture("alloc_minor")] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def _plain_waiting_run(args):
+    """The reference for a fixture run with --wait (reading the line
+    allocates too)."""
+    w = Waiting("alloc_minor", args)
+    w.release()
+    rc, out, err = w.finish()
+    return rc, out.encode(), err.encode()
+
+
+def test_minor_outputs_identical_with_and_without_camlheap():
+    args = ["n=1000000"] + DETERMINISTIC
+    ref = _plain_run(args)
+    d = tmpdir()
+    p = subprocess.run([CAMLHEAP, "record", "--rate", "1e-4", "-o", os.path.join(d, "r.txt"), "--",
+                        fixture("alloc_minor")] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    assert (p.returncode, p.stdout) == ref[:2], (p.returncode, p.stdout[-300:], ref[1][-300:])
+
+
+def test_minor_kill9_never_harms_target():
+    """camlheap killed with -9 at random moments, attached with the ptrace
+    executor, some of them while it is stopped (SIGSTOP) so that target
+    threads sit in their ptrace stop waiting for it: the target's output and
+    status never change."""
+    args = ["n=2000000"] + DETERMINISTIC
+    ref = _plain_waiting_run(args)
+    rnd = random.Random(int.from_bytes(os.urandom(8), "little"))
+    held = 0
+    for i in range(12):
+        w = Waiting("alloc_minor", args)
+        r = Recorder(w.pid, 1e-4)
+        if i % 4 == 0:
+            time.sleep(rnd.uniform(0, 0.15))  # while it seizes the threads and attaches
+            r.proc.kill()
+            w.release()
+        else:
+            r.wait_attached()
+            w.release()
+            time.sleep(rnd.uniform(0, 0.4))
+            if i % 2:
+                # freeze the executor: the next stop waits for it
+                r.proc.send_signal(signal.SIGSTOP)
+                time.sleep(0.05)
+                held += any(_ptrace_stopped(t) for t in _threads(w.pid))
+            r.proc.kill()
+        r.proc.wait()
+        rc, out, err = w.finish()
+        assert (rc, out.encode(), err.encode()) == ref, "run %d: target changed: rc %d" % (i, rc)
+    assert held > 0, "no run caught a target thread in its ptrace stop"
+
+
+def _threads(pid):
+    try:
+        return os.listdir("/proc/%d/task" % pid)
+    except FileNotFoundError:
+        return []
+
+
+def _ptrace_stopped(tid):
+    try:
+        with open("/proc/%s/stat" % tid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "t"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_minor_target_stopped_and_continued():
+    """SIGSTOP / SIGCONT to a recorded target: the group-stop is kept as
+    without camlheap (the target stays stopped), then it goes on and
+    finishes with the same output."""
+    args = ["n=3000000"] + DETERMINISTIC
+    ref = _plain_waiting_run(args)
+    w = Waiting("alloc_minor", args)
+    r = Recorder(w.pid, 1e-4)
+    r.wait_attached()
+    w.release()
+    time.sleep(0.1)
+    os.kill(w.pid, signal.SIGSTOP)
+    time.sleep(0.3)
+    states = [open("/proc/%s/stat" % t).read().rsplit(")", 1)[1].split()[0] for t in _threads(w.pid)]
+    os.kill(w.pid, signal.SIGCONT)
+    rc, out, err = w.finish()
+    r.stop()
+    rrc, rep, rerr = r.finish()
+    assert (rc, out.encode(), err.encode()) == ref, "target changed"
+    assert rrc == 0, rerr
+    assert states and all(s in "Tt" for s in states), states
+    assert rep.minor()["samples"] > 0, rep.header
+
+
+def test_another_tracer_is_a_clear_error():
+    """strace holds the target: the ptrace executor cannot, and says who does."""
+    w = subprocess.Popen(["strace", "-f", "-o", "/dev/null", fixture("alloc_minor"), "--wait"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = w.stdout.readline().decode()
+    m = re.match(r"^READY (\d+)$", line.strip())
+    assert m, line
+    pid = int(m.group(1))
+    try:
+        p = subprocess.run([CAMLHEAP, "record", "-p", str(pid), "-o", os.path.join(tmpdir(), "r.txt")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        err = p.stderr.decode()
+        assert p.returncode == 2, (p.returncode, err)
+        assert "already traced by PID" in err and "strace" in err and "--executor observe" in err, err
+        # and observe works on it
+        p = subprocess.run([CAMLHEAP, "record", "-p", str(pid), "--executor", "observe", "--duration", "0.2",
+                            "-o", os.path.join(tmpdir(), "r.txt")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        assert p.returncode == 0, p.stderr
+    finally:
+        w.communicate(b"go\n", timeout=120)
