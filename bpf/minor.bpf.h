@@ -203,6 +203,13 @@ static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_vi
 	}
 }
 
+/* The state of the Comballoc loop lives in a map value, not on the
+ * stack: kernels before 6.7 verify a bpf_loop callback once, from the
+ * caller's stack state ("bpf: verify callbacks as if they are called
+ * unknown number of times" fixed it), and then judged the branches that
+ * need a value from an earlier iteration dead.  Seen on Debian 12's 6.1:
+ * not one minor sample was emitted.  A map value's contents are unknown to
+ * the verifier. */
 struct minor_attr {
 	__s64 trig_ofs;  /* words from the block start to just above the next sampled word */
 	__s64 alloc_ofs; /* words from the block start to the current allocation */
@@ -215,6 +222,13 @@ struct minor_attr {
 	__u32 started;
 };
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct minor_attr);
+} attr_state SEC(".maps");
+
 /* One step of memprof's Comballoc loop (4.13.1 runtime/memprof.c
  * caml_memprof_track_young): allocations from the last (highest address)
  * to the first; each gets one sample per sample point inside it; a sampled
@@ -222,10 +236,12 @@ struct minor_attr {
  * combined allocation is reported on its own. */
 static long minor_attr_step(__u32 i, void *data)
 {
-	struct minor_attr *a = data;
 	__u32 zero = 0;
+	struct minor_attr *a = bpf_map_lookup_elem(&attr_state, &zero);
 	struct ch_sample_event *ev;
 
+	if (!a)
+		return 1;
 	if (!a->started) {
 		__u64 wos = a->wosize;
 
@@ -265,28 +281,38 @@ static long minor_attr_step(__u32 i, void *data)
 
 /* The block [yp, yp + whsize) covers P: walk the stack once, then give
  * each allocation of the block its samples.  Leaves P below the block. */
-static __always_inline void minor_sample_block(struct ch_proc *p, struct minor_view *v, struct ch_inflight *in)
+static __always_inline __u64 minor_sample_block(struct ch_proc *p, struct minor_view *v, struct ch_inflight *in,
+						 __u64 trig)
 {
-	struct minor_attr a = {
-		.trig_ofs = (__s64)((p->minor_trig - v->yp) / 8),
-		.alloc_ofs = (__s64)in->wosize + 1,
-		.idx = in->lens && in->nallocs ? (__s64)in->nallocs - 1 : 0,
-		.lens = in->nallocs ? in->lens : 0,
-		.wosize = in->wosize,
-		.yp = v->yp,
-	};
-	struct ch_sample_event *ev = prepare_event(p, CH_KIND_MINOR, 0, 0, 0);
+	__u32 zero = 0;
+	struct minor_attr *a = bpf_map_lookup_elem(&attr_state, &zero);
+	struct ch_sample_event *ev;
+	__s64 trig_ofs;
 	__u64 t;
 
+	if (!a)
+		return 0;
+	a->trig_ofs = (__s64)((trig - v->yp) / 8);
+	a->alloc_ofs = (__s64)in->wosize + 1;
+	a->idx = in->lens && in->nallocs ? (__s64)in->nallocs - 1 : 0;
+	a->lens = in->nallocs ? in->lens : 0;
+	a->wosize = in->wosize;
+	a->yp = v->yp;
+	a->cur_whsize = 0;
+	a->n = 0;
+	a->started = 0;
+	ev = prepare_event(p, CH_KIND_MINOR, 0, 0, 0);
 	if (ev)
-		ev->nallocs = a.lens ? in->nallocs : 1;
-	bpf_loop(4096, minor_attr_step, &a, 0);
+		ev->nallocs = a->lens ? in->nallocs : 1;
+	bpf_loop(4096, minor_attr_step, NULL, 0);
+	/* nothing sent (a malformed block): its frames were not delivered */
+	if (ev && ev->has_frames)
+		bpf_map_delete_elem(&stacks_sent, &ev->stack_id);
 	/* trig_ofs <= 0 now (or a malformed block was cut short): continue
 	 * the run below the block */
-	if (a.trig_ofs > 0)
-		a.trig_ofs = 0;
-	t = v->yp - (__u64)(-a.trig_ofs) * 8;
-	p->minor_trig = t >= v->start + 8 && t <= v->yp ? t : 0;
+	trig_ofs = a->trig_ofs > 0 ? 0 : a->trig_ofs;
+	t = v->yp - (__u64)(-trig_ofs) * 8;
+	return t >= v->start + 8 && t <= v->yp ? t : 0;
 }
 
 SEC("uprobe")
@@ -333,7 +359,7 @@ int BPF_KRETPROBE(on_dispatch_ret)
 	minor_skip_passed(p, &v, top);
 	if (p->minor_trig && p->minor_trig > v.yp) {
 		if (in.flags & CH_DO_TRACK) {
-			minor_sample_block(p, &v, &in);
+			p->minor_trig = minor_sample_block(p, &v, &in, p->minor_trig);
 		} else {
 			/* memprof does not sample untracked blocks either
 			 * (renew_minor_sample at the end of dispatch) */
@@ -342,6 +368,29 @@ int BPF_KRETPROBE(on_dispatch_ret)
 		}
 	}
 	minor_apply_limit(p, &v, 0);
+	return 0;
+}
+
+/* observe: the program's own Gc.Memprof found a sample point in the block
+ * just allocated (dispatch calls caml_memprof_track_young when young_ptr <
+ * caml_memprof_young_trigger, 4.13.1 runtime/minor_gc.c:552).  That point
+ * is memprof's, so the first sample is exactly the one memprof takes;
+ * further samples in the block come from camlheap's own draws at the same
+ * rate (the same law), and each Comballoc'd allocation gets its own.
+ * Nothing is written. */
+SEC("uprobe")
+int BPF_KPROBE(on_track_young, __u64 wosize, __u32 from_caml, __u32 nallocs, __u64 lens)
+{
+	struct ch_proc *p = current_proc();
+	struct ch_inflight in = { .wosize = wosize, .flags = CH_DO_TRACK, .nallocs = from_caml ? nallocs : 1,
+				  .lens = from_caml ? lens : 0 };
+	struct minor_view v;
+
+	if (!p || !p->minor_observe || wosize > 256 || nallocs > 256 || minor_read_view(p, &v))
+		return 0;
+	count(CH_CNT_DISPATCH, 1);
+	if (v.memprof_trig > v.yp && v.memprof_trig <= v.yp + (wosize + 1) * 8)
+		minor_sample_block(p, &v, &in, v.memprof_trig);
 	return 0;
 }
 

@@ -97,7 +97,8 @@ struct ch_proc {
 	__u64 minor_epoch;
 	__u8 minor_armed;           /* minor_epoch has been set once */
 	__u8 minor_on;              /* sample the minor heap (an executor can write young_limit) */
-	__u8 pad[6];
+	__u8 minor_observe;         /* take minor samples from the program's own Gc.Memprof, read-only */
+	__u8 pad[5];
 };
 
 /* Which executor performs the young_limit writes (ARCHITECTURE.md §4.4). */

@@ -1,13 +1,27 @@
 #!/usr/bin/env python3
 """make bench: the target's wall time without camlheap and with it, side by
-side in one run, as ratios; plus camlheap's own CPU time, peak RSS and
-attach time (read from its report header).
+side in one run, as ratios; per-sample cost, stops per second, and
+camlheap's own CPU time, peak RSS and attach time (from its report header).
 
-Workloads: the major-allocation-heavy fixture bench_major, and Debian's
-ocamlopt.opt compiling a generated module (tests/gen_module.py).  Runs are
-interleaved (plain, 1e-5, 1e-4, plain, ...) so that drift in the machine's
-speed hits every configuration alike; medians of REPEAT runs.
-Environment: REPEAT (default 5), ITEMS (generated module size, default 1000).
+Configurations, at each rate (1e-5, 1e-4):
+  memprof      in-process Gc.Memprof with the null tracker (fixture only: the
+               runtime's own sampling cost, the reference)
+  observe      camlheap without an executor (minor heap not sampled)
+  ptrace       the ptrace executor, placed by the scheduler
+  ptrace+awake the same with --keep-cpus-awake (no vCPU halts between a stop
+               and its resumption)
+  ptrace pin   camlheap and the target both pinned to CPU 0 (taskset), the
+               placement where every stop is a same-CPU switch
+  kernel       bpf_probe_write_user, if this kernel allows it (not under
+               lockdown: `make test-vm` measures it in a VM)
+
+Workloads: the allocation-heavy fixture alloc_minor (3:1 OCaml sites and a C
+site, ~88 M minor words), bench_major (direct major allocations), and
+Debian's ocamlopt.opt compiling a generated module (tests/gen_module.py).
+Runs are interleaved (every configuration once, then again ...) so that
+drift in the machine's speed hits every configuration alike; medians of
+REPEAT runs.  Environment: REPEAT (default 5), ITEMS (generated module
+size, default 1000).
 """
 import os
 import re
@@ -25,6 +39,13 @@ REPEAT = int(os.environ.get("REPEAT", "5"))
 RATES = ["1e-5", "1e-4"]
 
 
+def kernel_executor_available():
+    p = subprocess.run([chtest.CAMLHEAP, "record", "--executor", "kernel", "--duration", "0.1", "-o", "/dev/null",
+                        "--", chtest.fixture("alloc_minor"), "n=1"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+    return p.returncode == 0
+
+
 def timed(cmd, cwd=None):
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -40,50 +61,87 @@ def header_numbers(report):
     att = re.search(r"attach took ([\d.]+) s", text)
     smp = re.search(r"^samples\s+(\d+)", text, re.M)
     dur = re.search(r"^duration\s+([\d.]+) s", text, re.M)
-    return float(cpu.group(1)), float(cpu.group(2)), float(att.group(1)), int(smp.group(1)), float(dur.group(1))
+    stops = re.search(r"^executor\s+ptrace: (\d+) stops \(([\d.]+) us", text, re.M)
+    return {"cpu": float(cpu.group(1)), "rss": float(cpu.group(2)), "attach": float(att.group(1)),
+            "samples": int(smp.group(1)), "target": float(dur.group(1)),
+            "stops": int(stops.group(1)) if stops else 0, "service": float(stops.group(2)) if stops else 0.0}
 
 
-def bench(name, cmd, cwd=None, before=None):
-    runs = {"plain": []}
-    extra = {r: [] for r in RATES}
+def configs(memprof_arg, kernel):
+    """(name, rate, how): how(cmd, report) -> argv."""
+    out = []
     for r in RATES:
-        runs[r] = []
+        if memprof_arg:
+            out.append(("memprof", r, lambda cmd, rep, r=r: cmd + memprof_arg(r)))
+
+        def rec(extra, pin=False, r=r):
+            def how(cmd, rep):
+                argv = [chtest.CAMLHEAP, "record", "--rate", r, "-o", rep] + extra + ["--"] + cmd
+                return ["taskset", "-c", "0"] + argv if pin else argv
+            return how
+        out.append(("observe", r, rec(["--executor", "observe"])))
+        out.append(("ptrace", r, rec(["--executor", "ptrace"])))
+        out.append(("ptrace+awake", r, rec(["--executor", "ptrace", "--keep-cpus-awake"])))
+        out.append(("ptrace pin", r, rec(["--executor", "ptrace"], pin=True)))
+        if kernel:
+            out.append(("kernel", r, rec(["--executor", "kernel"])))
+    return out
+
+
+def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False):
+    confs = configs(memprof_arg, kernel)
+    plain, times, numbers = [], {}, {}
     d = tempfile.mkdtemp(prefix="camlheap-bench-")
-    for i in range(REPEAT):
-        for conf in ["plain"] + RATES:
+    rep = os.path.join(d, "r.txt")
+    for _ in range(REPEAT):
+        if before:
+            before()
+        plain.append(timed(cmd, cwd))
+        for cname, r, how in confs:
             if before:
                 before()
-            if conf == "plain":
-                runs[conf].append(timed(cmd, cwd))
-            else:
-                rep = os.path.join(d, "r.txt")
-                runs[conf].append(timed([chtest.CAMLHEAP, "record", "--rate", conf, "-o", rep, "--"] + cmd, cwd))
-                extra[conf].append(header_numbers(rep))
-    base = statistics.median(runs["plain"])
-    print("\n%s  (median of %d, interleaved)" % (name, REPEAT))
-    # "target s": the target's own run time under camlheap (the report's
-    # duration: probes attached -> target exit); "end-to-end s" adds
-    # camlheap's set-up (attach) and its report writing.
-    print("  %-10s %9s %7s %13s %9s %11s %10s %9s" % ("config", "target s", "ratio", "end-to-end s", "samples",
-                                                      "camlheap", "peak RSS", "attach"))
-    print("  %-10s %9.3f %7s %13.3f" % ("plain", base, "1.000", base))
-    for r in RATES:
-        w = statistics.median(runs[r])
-        cpu = statistics.median(x[0] for x in extra[r])
-        rss = max(x[1] for x in extra[r])
-        att = statistics.median(x[2] for x in extra[r])
-        smp = statistics.median(x[3] for x in extra[r])
-        tgt = statistics.median(x[4] for x in extra[r])
-        print("  %-10s %9.3f %7.3f %13.3f %9d %9.3f s %6.1f MiB %7.3f s" % (
-            "rate " + r, tgt, tgt / base, w, smp, cpu, rss, att))
-    spread = (max(runs["plain"]) - min(runs["plain"])) / base
+            key = (cname, r)
+            times.setdefault(key, []).append(timed(how(cmd, rep), cwd))
+            if cname != "memprof":
+                numbers.setdefault(key, []).append(header_numbers(rep))
+    base = statistics.median(plain)
+    print("\n%s  (median of %d, interleaved; plain %.3f s)" % (name, REPEAT, base))
+    # "target s": the target's own run time (camlheap's report duration:
+    # probes attached -> target exit; for memprof the whole run);
+    # "us/sample": (target s - plain) / samples; stops/s: ptrace stops per
+    # second of target time; "service": the executor's time per stop.
+    print("  %-13s %6s %9s %7s %9s %10s %9s %9s %9s %10s %8s" % (
+        "config", "rate", "target s", "ratio", "samples", "us/sample", "stops/s", "service", "camlheap",
+        "peak RSS", "attach"))
+    for cname, r, _ in confs:
+        key = (cname, r)
+        if cname == "memprof":
+            tgt = statistics.median(times[key])
+            print("  %-13s %6s %9.3f %7.3f" % (cname, r, tgt, tgt / base))
+            continue
+        ns = numbers[key]
+        tgt = statistics.median(x["target"] for x in ns)
+        smp = statistics.median(x["samples"] for x in ns)
+        stops = statistics.median(x["stops"] for x in ns)
+        per = (tgt - base) / smp * 1e6 if smp else float("nan")
+        print("  %-13s %6s %9.3f %7.3f %9d %10.1f %9.0f %7.1f us %7.3f s %6.1f MiB %6.3f s" % (
+            cname, r, tgt, tgt / base, smp, per, stops / tgt if tgt else 0,
+            statistics.median(x["service"] for x in ns), statistics.median(x["cpu"] for x in ns),
+            max(x["rss"] for x in ns), statistics.median(x["attach"] for x in ns)))
+    spread = (max(plain) - min(plain)) / base
     print("  (plain runs spread %.1f %% of the median: ratios closer to 1 than that are noise)" % (100 * spread))
 
 
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
-    bench("bench_major fixture (direct major allocations)", [chtest.fixture("bench_major")])
+    kernel = kernel_executor_available()
+    print("kernel executor: %s" % ("available" if kernel else
+                                   "not available on this kernel (lockdown refuses bpf_probe_write_user)"))
+    bench("alloc_minor fixture (minor allocations: 3:1 OCaml sites + a C site)",
+          [chtest.fixture("alloc_minor"), "ratio", "c", "n=4000000"],
+          memprof_arg=lambda r: ["memprof=" + r, "null"], kernel=kernel)
+    bench("bench_major fixture (direct major allocations)", [chtest.fixture("bench_major")], kernel=kernel)
     d = tempfile.mkdtemp(prefix="camlheap-bench-ocamlopt-")
     with open(os.path.join(d, "big.ml"), "w") as f:
         subprocess.run([sys.executable, os.path.join(HERE, "gen_module.py"), os.environ.get("ITEMS", "1000")],
@@ -95,8 +153,8 @@ def main():
                 os.unlink(os.path.join(d, "big" + ext))
             except FileNotFoundError:
                 pass
-    bench("ocamlopt.opt -g -c big.ml (Debian 4.13.1, generated module)", ["/usr/bin/ocamlopt.opt", "-g", "-c",
-                                                                           "big.ml"], cwd=d, before=clean)
+    bench("ocamlopt.opt -g -c big.ml (Debian 4.13.1, generated module; no in-process memprof possible)",
+          ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d, before=clean, kernel=kernel)
 
 
 if __name__ == "__main__":

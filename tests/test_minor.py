@@ -219,3 +219,35 @@ def test_another_tracer_is_a_clear_error():
         assert p.returncode == 0, p.stderr
     finally:
         w.communicate(b"go\n", timeout=120)
+
+
+def test_observe_takes_the_programs_own_memprof_samples():
+    """The program already runs Gc.Memprof (as memtrace does): camlheap
+    attaches, writes nothing, and takes memprof's own sample points at its
+    rate (not --rate).  Each block's first sample is memprof's own; a block
+    with more than one sample gets the rest from camlheap's draws, so per
+    site the two counts agree up to those, which the two-sample test covers
+    (family-wise 1 %, as above)."""
+    rate = 1e-4
+    w = Waiting("alloc_minor", ["n=4000000", "memprof=%g" % rate, "early"] + DETERMINISTIC)
+    r = Recorder(w.pid, 1e-3)
+    r.wait_attached()
+    w.release()
+    rc, out, err = w.finish()
+    rrc, rep, rerr = r.finish()
+    assert rc == 0 and rrc == 0, (rc, rrc, rerr)
+    assert "runs Gc.Memprof at rate 0.0001" in rerr, rerr
+    assert rep.first_line().startswith("camlheap: executor observe; every allocation is sampled: minor heap "
+                                       "(read-only, from the program's own Gc.Memprof"), rep.first_line()
+    assert rep.header.get("rate", "").startswith("0.0001 samples/word"), rep.header.get("rate")
+    assert rep.header.get("executor") == "observe: nothing written", rep.header
+    mp = {int(a): int(b) for a, b in re.findall(r"^MEMPROF (\d+) (\d+)$", out, re.M)}
+    truth = chtest.parse_truth(out)
+    zcrit = statistics.NormalDist().inv_cdf(1 - 0.01 / (2 * len(truth)))
+    for site in truth:
+        lines = chtest.site_lines(site)
+        n1 = rep.samples_at_lines(MOD, lines, "minor")
+        n2 = sum(mp.get(line, 0) for line in lines)
+        assert n1 > 0, site
+        z = (n1 - n2) / math.sqrt(n1 + n2)
+        assert abs(z) <= zcrit, "%s: camlheap %d vs Gc.Memprof %d samples (z = %.2f)" % (site, n1, n2, z)

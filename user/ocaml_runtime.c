@@ -1,6 +1,7 @@
 /* ocaml_runtime.c -- see ocaml_runtime.h. */
 #include "ocaml_runtime.h"
 
+#include <elf.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_DISPATCH_RET] = "caml_alloc_small_dispatch",
 	[OCAML_PROBE_REARM_UPDATE] = "caml_update_young_limit",
 	[OCAML_PROBE_REARM_PENDING] = "caml_do_pending_actions_exn",
+	[OCAML_PROBE_TRACK_YOUNG] = "caml_memprof_track_young",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
@@ -24,6 +26,7 @@ static const bool probe_optional[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_DISPATCH_RET] = true,
 	[OCAML_PROBE_REARM_UPDATE] = true,
 	[OCAML_PROBE_REARM_PENDING] = true,
+	[OCAML_PROBE_TRACK_YOUNG] = true,
 };
 
 static uint32_t rd32(const uint8_t *p)
@@ -74,6 +77,13 @@ static void plan_minor(const struct elf_image *img, struct ocaml_runtime *rt)
 	}
 	rt->something_to_do_sym = std->vaddr;
 	rt->memprof_trigger_sym = mpt->vaddr;
+	{
+		/* a local of memprof.c; only in an unstripped .symtab */
+		const struct elf_symbol *l = elf_image_symbol(img, "lambda");
+
+		if (l && l->type == STT_OBJECT && l->size == 8)
+			rt->memprof_lambda_sym = l->vaddr;
+	}
 	rt->probes[OCAML_PROBE_DISPATCH_RET] = rt->probes[OCAML_PROBE_DISPATCH];
 	rt->probes[OCAML_PROBE_DISPATCH_RET].retprobe = true;
 	if (rt->probes[OCAML_PROBE_DISPATCH].skipped) {
@@ -112,7 +122,7 @@ static void plan_minor(const struct elf_image *img, struct ocaml_runtime *rt)
 	rt->minor_ok = true;
 	return;
 off:
-	for (int i = OCAML_PROBE_DISPATCH; i <= OCAML_PROBE_REARM_PENDING; i++)
+	for (int i = OCAML_PROBE_DISPATCH; i <= OCAML_PROBE_TRACK_YOUNG; i++)
 		rt->probes[i].present = false;
 }
 

@@ -22,6 +22,8 @@ enum ocaml_probe {
 	OCAML_PROBE_DISPATCH_RET,        /* its return (uretprobe: a C function called from C only) */
 	OCAML_PROBE_REARM_UPDATE,        /* caml_update_young_limit, the jcc after the young_limit store */
 	OCAML_PROBE_REARM_PENDING,       /* caml_do_pending_actions_exn, the call after its inlined store */
+	/* observe: the program's own Gc.Memprof samples a minor block (optional) */
+	OCAML_PROBE_TRACK_YOUNG,         /* caml_memprof_track_young(wosize, from_caml, nallocs, lens) */
 	OCAML_PROBE__COUNT
 };
 
@@ -41,6 +43,8 @@ struct ocaml_runtime {
 	uint64_t caml_state_sym; /* link-time vaddr of the global `Caml_state` (4.x) */
 	uint64_t something_to_do_sym; /* link-time vaddr of `int caml_something_to_do` (4.x) */
 	uint64_t memprof_trigger_sym; /* link-time vaddr of `value *caml_memprof_young_trigger` (4.x) */
+	uint64_t memprof_lambda_sym;  /* link-time vaddr of memprof.c's `static double lambda`, 0 if
+				       * unknown (.symtab stripped): Gc.Memprof's rate, 0 when stopped */
 	bool minor_ok;           /* every minor-heap probe and symbol was found */
 	char minor_why[256];     /* if not, why (for the report's first line) */
 	struct ocaml_probe_point probes[OCAML_PROBE__COUNT];

@@ -232,6 +232,27 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 	return 0;
 }
 
+/* Gc.Memprof's current rate in the target (memprof.c `lambda`): > 0 while
+ * the program samples itself, 0 when it does not, -1 if it cannot be read
+ * (no .symtab, or no access). */
+static double target_memprof_rate(const struct target *t)
+{
+	char path[64];
+	double lambda = -1;
+	int fd;
+
+	if (!t->rt.memprof_lambda_sym)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)t->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	if (pread(fd, &lambda, sizeof(lambda), (off_t)(t->rt.memprof_lambda_sym + t->bias)) != sizeof(lambda))
+		lambda = -1;
+	close(fd);
+	return lambda >= 0 && lambda <= 1 ? lambda : -1;
+}
+
 /* Does the target still run the image that was parsed, at the same place?
  * (An exec before the exec tracepoint was attached is caught here.)
  * Returns 0 if so, -ESTALE if it execed, another -errno if it cannot tell. */
@@ -436,6 +457,7 @@ int record_run(const struct record_opts *o)
 	struct ptexec *px = NULL;
 	enum ch_executor ex = CH_EXEC_OBSERVE;
 	struct profile *prof = NULL;
+	double memprof_rate;
 	struct intake intake = { 0 };
 	char msg[8192], reason[8192] = "stopped";
 	char *command = NULL;
@@ -486,7 +508,18 @@ int record_run(const struct record_opts *o)
 
 	if (target_inspect(&t, msg, sizeof(msg)) < 0)
 		goto fail_target;
-	if (!t.rt.minor_ok) {
+	memprof_rate = t.rt.minor_ok ? target_memprof_rate(&t) : -1;
+	if (memprof_rate > 0 && (o->executor == RECORD_EXEC_AUTO || o->executor == RECORD_EXEC_OBSERVE)) {
+		/* the program samples itself: never arm, take its samples */
+		ex = CH_EXEC_OBSERVE;
+		cfg.minor_from_memprof = true;
+		cfg.rate = memprof_rate;
+		meta.minor_source = "read-only, from the program's own Gc.Memprof, at its rate";
+		fprintf(stderr,
+			"camlheap: PID %d runs Gc.Memprof at rate %g: camlheap takes its minor samples read-only and "
+			"samples everything at that rate%s; --executor ptrace samples at your own rate alongside it\n",
+			t.pid, memprof_rate, cfg.rate != o->rate ? " (--rate is not used)" : "");
+	} else if (!t.rt.minor_ok) {
 		meta.minor_off_why = t.rt.minor_why;
 		if (px) { /* nothing to write: let the command go untraced */
 			ptexec_free(px);
@@ -505,7 +538,7 @@ int record_run(const struct record_opts *o)
 	cfg.tracer_tgid = getpid();
 	meta.executor = executor_names[ex];
 
-	prof = profile_new(o->rate);
+	prof = profile_new(cfg.rate);
 	intake.prof = prof;
 	if (!prof) {
 		snprintf(msg, sizeof(msg), "out of memory");
@@ -543,7 +576,7 @@ int record_run(const struct record_opts *o)
 		meta.probes_total += t.rt.probes[i].present;
 	}
 	fprintf(stderr, "camlheap: recording PID %d (%s, OCaml %s) at rate %g; %u probes attached in %.3f s%s\n",
-		t.pid, t.exe, t.rt.version, o->rate, meta.probes_total, meta.attach_s,
+		t.pid, t.exe, t.rt.version, cfg.rate, meta.probes_total, meta.attach_s,
 		o->duration_s > 0 ? "" : "; stop with Ctrl-C");
 
 	pidfd = proc_pidfd(t.pid);
@@ -614,8 +647,11 @@ int record_run(const struct record_opts *o)
 	meta.exe = t.exe;
 	meta.ocaml_version = t.rt.version;
 	meta.command = command;
-	meta.sampler_mode = meta.minor_off_why ? "major+custom+unmarshal through read-only uprobes"
-					       : "minor through young_limit traps; major+custom+unmarshal through read-only uprobes";
+	meta.sampler_mode = meta.minor_off_why     ? "major+custom+unmarshal through read-only uprobes"
+			    : cfg.minor_from_memprof ? "minor from Gc.Memprof's own sample points, "
+						       "major+custom+unmarshal, all through read-only uprobes"
+						     : "minor through young_limit traps; major+custom+unmarshal through "
+						       "read-only uprobes";
 	meta.end_reason = reason;
 	ret = write_report(o, prof, &meta, &t);
 	if (ret < 0) {

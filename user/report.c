@@ -172,9 +172,9 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 
 	if (!m->minor_off_why)
 		fprintf(out,
-			"camlheap: executor %s; every allocation is sampled: minor heap (young_limit, channel A), "
+			"camlheap: executor %s; every allocation is sampled: minor heap (%s), "
 			"direct major, custom (out-of-heap) and unmarshalled\n",
-			m->executor);
+			m->executor, m->minor_source ? m->minor_source : "young_limit, channel A");
 	else
 		fprintf(out,
 			"camlheap: executor %s; minor-heap allocations are not sampled (%s); this profile covers "
@@ -221,11 +221,15 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		p->walks_by_term[CH_TERM_DEPTH]);
 	if (!m->minor_off_why) {
 		fprintf(out,
-			"minor       %" PRIu64 " samples; %" PRIu64 " traps into caml_alloc_small_dispatch, %" PRIu64
+			"minor       %" PRIu64 " samples; %" PRIu64 " %s, %" PRIu64
 			" minor cycles; sample points missed %" PRIu64 ", in untracked blocks %" PRIu64 "\n",
-			c[CH_CNT_MINOR_SAMPLES], c[CH_CNT_DISPATCH], c[CH_CNT_EPOCHS], c[CH_CNT_MISSED],
+			c[CH_CNT_MINOR_SAMPLES], c[CH_CNT_DISPATCH],
+			m->minor_source ? "blocks Gc.Memprof sampled" : "traps into caml_alloc_small_dispatch",
+			c[CH_CNT_EPOCHS], c[CH_CNT_MISSED],
 			c[CH_CNT_UNTRACKED]);
-		if (!strcmp(m->executor, "ptrace"))
+		if (!strcmp(m->executor, "observe"))
+			fprintf(out, "executor    observe: nothing written\n");
+		else if (!strcmp(m->executor, "ptrace"))
 			fprintf(out,
 				"executor    ptrace: %" PRIu64 " stops (%.1f us of service each), %" PRIu64
 				" writes, %" PRIu64 " stale, %" PRIu64 " left to a pending action, %" PRIu64

@@ -24,6 +24,7 @@ struct sampler {
 	void *ctx;
 	double rate;
 	enum ch_executor executor;
+	bool minor_from_memprof;
 };
 
 /* splitmix64: seeds and stratum jitter; quality is ample for this. */
@@ -144,6 +145,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	s->ctx = ctx;
 	s->rate = cfg->rate;
 	s->executor = cfg->executor;
+	s->minor_from_memprof = cfg->minor_from_memprof;
 	libbpf_set_print(libbpf_quiet);
 
 	s->skel = alloc_bpf__open();
@@ -208,6 +210,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_DISPATCH_RET] = s->skel->progs.on_dispatch_ret,
 		[OCAML_PROBE_REARM_UPDATE] = s->skel->progs.on_rearm,
 		[OCAML_PROBE_REARM_PENDING] = s->skel->progs.on_rearm,
+		[OCAML_PROBE_TRACK_YOUNG] = s->skel->progs.on_track_young,
 	};
 	struct ch_proc proc = {
 		.load_bias = load_bias,
@@ -215,6 +218,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		.something_to_do_sym = rt->something_to_do_sym,
 		.memprof_trigger_sym = rt->memprof_trigger_sym,
 		.minor_on = rt->minor_ok && s->executor != CH_EXEC_OBSERVE,
+		.minor_observe = rt->minor_ok && s->executor == CH_EXEC_OBSERVE && s->minor_from_memprof,
 	};
 	__u32 key = pid;
 	uint64_t first, seed = 0;
@@ -243,6 +247,8 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		if (!rt->probes[i].present)
 			continue;
 		if (i >= OCAML_PROBE_DISPATCH && i <= OCAML_PROBE_REARM_PENDING && !proc.minor_on)
+			continue;
+		if (i == OCAML_PROBE_TRACK_YOUNG && !proc.minor_observe)
 			continue;
 		s->links[i] = bpf_program__attach_uprobe_opts(progs[i], pid, exe, rt->probes[i].file_offset, &opts);
 		if (!s->links[i]) {

@@ -5,6 +5,7 @@
 #ifndef CH_SAMPLER_H
 #define CH_SAMPLER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -19,6 +20,7 @@ struct sampler_config {
 	size_t ringbuf_bytes;   /* power of two >= 4096 */
 	enum ch_executor executor; /* who writes young_limit for the minor heap (observe: nobody) */
 	pid_t tracer_tgid;      /* ptrace executor: camlheap's own PID (the BPF guard checks the tracer) */
+	bool minor_from_memprof; /* observe: the program runs Gc.Memprof at `rate`; take its minor samples */
 };
 
 /* Called for each event; `size` bytes are valid (frames only if has_frames). */

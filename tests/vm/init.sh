@@ -1,0 +1,88 @@
+#!/bin/busybox sh
+# PID 1 of the test VM (tests/vm/run_vm.py): Debian's stock kernel, booted
+# without Secure Boot, so kernel lockdown is off and bpf_probe_write_user is
+# allowed: the kernel executor can run.  Runs camlheap against the fixtures
+# and prints everything between @@ markers on the serial console; the host
+# side judges it.  Nothing here decides pass or fail.
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mount -t securityfs none /sys/kernel/security 2>/dev/null
+export PATH=/bin:/usr/bin
+FX=/work/fixtures
+CH=/work/camlheap
+DETERMINISTIC="ratio c comb fin sig"
+
+echo "@@UNAME $(uname -r)"
+echo "@@LOCKDOWN $(cat /sys/kernel/security/lockdown 2>/dev/null || echo unknown)"
+echo "@@NPROC $(nproc)"
+
+# run NAME CMD...: its status, stdout, stderr, and camlheap's report /tmp/r.txt
+run() {
+	name=$1
+	shift
+	rm -f /tmp/r.txt
+	"$@" >/tmp/o 2>/tmp/e
+	rc=$?
+	echo "@@BEGIN $name"
+	echo "@@RC $rc"
+	echo "@@STDOUT"
+	cat /tmp/o
+	echo "@@STDERR"
+	cat /tmp/e
+	echo "@@REPORT"
+	cat /tmp/r.txt 2>/dev/null
+	echo "@@END $name"
+}
+
+run probe $CH record --executor kernel --duration 0.2 -o /tmp/r.txt -- $FX/alloc_minor n=1
+run sites_1e4 $CH record --executor kernel --rate 1e-4 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=4000000
+run sites_1e5 $CH record --executor kernel --rate 1e-5 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=10000000
+run rate_one $CH record --executor kernel --rate 1 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=3000 ratio c comb
+run memprof $CH record --executor kernel --rate 1e-4 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=4000000 memprof=1e-4
+run plain $FX/alloc_minor n=1000000 $DETERMINISTIC
+run profiled $CH record --executor kernel --rate 1e-4 -o /tmp/r.txt -- $FX/alloc_minor n=1000000 $DETERMINISTIC
+
+# kill -9 of camlheap (attached to a running fixture) at spread-out moments
+for i in 1 2 3 4 5 6 7 8; do
+	rm -f /tmp/k
+	$FX/alloc_minor n=4000000 $DETERMINISTIC >/tmp/k &
+	t=$!
+	$CH record -p $t --executor kernel --rate 1e-4 -o /tmp/rk.txt 2>/dev/null &
+	c=$!
+	usleep $((i * 60000))
+	kill -9 $c
+	wait $t
+	rc=$?
+	wait $c 2>/dev/null
+	echo "@@KILL9 $i rc=$rc md5=$(md5sum </tmp/k | cut -d' ' -f1)"
+done
+$FX/alloc_minor n=4000000 $DETERMINISTIC >/tmp/k
+echo "@@KILL9 ref rc=$? md5=$(md5sum </tmp/k | cut -d' ' -f1)"
+
+# timings: the target's wall time, plain and under each configuration
+# (interleaved, 3 rounds), seconds
+timeit() {
+	s=$(date +%s%N)
+	"$@" >/dev/null 2>&1
+	e=$(date +%s%N)
+	echo $(((e - s) / 1000))
+}
+cd /tmp
+for round in 1 2 3; do
+	for rate in 1e-5 1e-4; do
+		echo "@@TIME alloc_minor plain $rate $(timeit $FX/alloc_minor ratio c n=4000000)"
+		echo "@@TIME alloc_minor memprof $rate $(timeit $FX/alloc_minor ratio c n=4000000 memprof=$rate null)"
+		timeit $CH record --executor kernel --rate $rate -o /tmp/rt.txt -- $FX/alloc_minor ratio c n=4000000 >/dev/null
+		echo "@@REPORTED alloc_minor kernel $rate $(grep -E '^(duration|samples|executor)' /tmp/rt.txt | tr '\n' '|')"
+		rm -f big.cmi big.cmx big.o
+		echo "@@TIME ocamlopt plain $rate $(timeit ocamlopt.opt -g -c /work/big.ml -o /tmp/big.cmx)"
+		rm -f big.cmi big.cmx big.o
+		timeit $CH record --executor kernel --rate $rate -o /tmp/rt.txt -- ocamlopt.opt -g -c /work/big.ml -o /tmp/big.cmx >/dev/null
+		echo "@@REPORTED ocamlopt kernel $rate $(grep -E '^(duration|samples|executor)' /tmp/rt.txt | tr '\n' '|')"
+	done
+done
+echo "@@DONE"
+poweroff -f

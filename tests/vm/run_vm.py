@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""make test-vm: run the kernel executor where it can run.
+
+This machine and CI run with kernel lockdown, which refuses
+bpf_probe_write_user; the kernel executor is tested by booting Debian's stock
+kernel (linux-image-amd64, lockdown off without Secure Boot) under
+qemu-system-x86_64 (KVM if /dev/kvm works, else TCG), with an initramfs that
+holds busybox, camlheap, the alloc_minor fixture, ocamlopt.opt with its
+stdlib interfaces and `as`, and their shared libraries.  tests/vm/init.sh
+runs in the VM and prints on the serial console; this script judges it with
+the same checks as tests/test_minor.py and prints the measured times.
+
+Under TCG (no KVM, or a KVM that does not boot, as in nested VMs) every
+instruction is emulated: the ratios it measures are not the real machine's,
+only their comparison between configurations is meaningful.
+
+Last line: "N passed, N failed".  Environment: VM_MEM (MiB, default 2048),
+VM_TIMEOUT (seconds, default 1800).
+"""
+import gzip
+import io
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
+sys.path.insert(0, TESTS)
+import chtest  # noqa: E402
+
+VMDIR = os.path.join(chtest.BUILD, "vm")
+MOD = "Alloc_minor."
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw).stdout.decode()
+
+
+def ensure_packages():
+    need = [p for p, f in (("qemu-system-x86", "/usr/bin/qemu-system-x86_64"), ("busybox-static", "/bin/busybox"))
+            if not os.path.exists(f)]
+    if not need:
+        return
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    if subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends"] + need, env=env,
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends"] + need, env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+
+
+def stock_kernel():
+    """vmlinuz of Debian's linux-image-amd64 (downloaded, not installed)."""
+    os.makedirs(VMDIR, exist_ok=True)
+    for f in os.listdir(VMDIR):
+        if f.startswith("vmlinuz-"):
+            return os.path.join(VMDIR, f)
+    deps = sh(["apt-cache", "depends", "linux-image-amd64"])
+    m = re.search(r"Depends: (linux-image-\S+)", deps)
+    if not m:
+        subprocess.run(["apt-get", "update", "-q"], check=True, stdout=subprocess.DEVNULL)
+        m = re.search(r"Depends: (linux-image-\S+)", sh(["apt-cache", "depends", "linux-image-amd64"]))
+    pkg = m.group(1)
+    subprocess.run(["apt-get", "download", pkg], cwd=VMDIR, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    deb = [f for f in os.listdir(VMDIR) if f.endswith(".deb")][0]
+    x = os.path.join(VMDIR, "x")
+    subprocess.run(["dpkg-deb", "-x", os.path.join(VMDIR, deb), x], check=True)
+    boot = os.path.join(x, "boot")
+    vml = [f for f in os.listdir(boot) if f.startswith("vmlinuz-")][0]
+    shutil.copy(os.path.join(boot, vml), os.path.join(VMDIR, vml))
+    shutil.rmtree(x)
+    os.unlink(os.path.join(VMDIR, deb))
+    return os.path.join(VMDIR, vml)
+
+
+def libs_of(path):
+    out = subprocess.run(["ldd", path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.decode()
+    libs = set()
+    for line in out.splitlines():
+        m = re.search(r"(/\S+) \(0x", line)
+        if m:
+            libs.add(m.group(1))
+    return libs
+
+
+class Cpio:
+    """A newc cpio archive (the initramfs format), written by hand: no
+    dependency on the cpio tool."""
+
+    def __init__(self):
+        self.buf = io.BytesIO()
+        self.ino = 1
+        self.dirs = set()
+
+    def _entry(self, name, mode, data=b""):
+        name_b = name.encode() + b"\0"
+        hdr = "070701%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x" % (
+            self.ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name_b), 0)
+        self.ino += 1
+        self.buf.write(hdr.encode() + name_b)
+        self.buf.write(b"\0" * ((4 - (110 + len(name_b)) % 4) % 4))
+        self.buf.write(data)
+        self.buf.write(b"\0" * ((4 - len(data) % 4) % 4))
+
+    def mkdir(self, path):
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            d = "/".join(parts[:i])
+            if d and d not in self.dirs:
+                self.dirs.add(d)
+                self._entry(d, 0o040755)
+
+    def add(self, dest, data, mode=0o100755):
+        self.mkdir(os.path.dirname(dest))
+        self._entry(dest.strip("/"), mode, data)
+
+    def add_file(self, src, dest=None):
+        real = os.path.realpath(src)
+        self.add(dest or src, open(real, "rb").read(), 0o100000 | (os.stat(real).st_mode & 0o777))
+
+    def symlink(self, dest, target):
+        self.mkdir(os.path.dirname(dest))
+        self._entry(dest.strip("/"), 0o120777, target.encode())
+
+    def close(self):
+        self._entry("TRAILER!!!", 0)
+        return self.buf.getvalue()
+
+
+def build_initramfs():
+    c = Cpio()
+    for d in ("proc", "sys", "dev", "tmp", "bin", "usr/bin"):
+        c.mkdir(d)
+    c.add_file("/bin/busybox", "/bin/busybox")
+    c.add("/init", open(os.path.join(HERE, "init.sh"), "rb").read())
+    c.add_file(chtest.CAMLHEAP, "/work/camlheap")
+    c.add_file(chtest.fixture("alloc_minor"), "/work/fixtures/alloc_minor")
+    c.add_file("/usr/bin/ocamlopt.opt")
+    c.add_file("/usr/bin/as")
+    gen = subprocess.run([sys.executable, os.path.join(TESTS, "gen_module.py"), os.environ.get("ITEMS", "1000")],
+                         stdout=subprocess.PIPE, check=True).stdout
+    c.add("/work/big.ml", gen, 0o100644)
+    for f in sorted(os.listdir("/usr/lib/ocaml")):
+        if f.endswith((".cmi", ".cmx")):
+            c.add_file(os.path.join("/usr/lib/ocaml", f))
+    libs = set()
+    for b in (chtest.CAMLHEAP, chtest.fixture("alloc_minor"), "/usr/bin/ocamlopt.opt", "/usr/bin/as"):
+        libs |= libs_of(b)
+    for lib in sorted(libs):
+        c.add_file(lib)
+        # the loader path and the /lib -> /usr/lib merge of Debian 12
+        if lib.startswith("/lib/"):
+            c.add_file(lib, "/usr" + lib)
+    data = c.close()
+    path = os.path.join(VMDIR, "initramfs.cpio.gz")
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(data)
+    return path
+
+
+def run_qemu(kernel, initrd, kvm, first_line_within=None):
+    """Boot; returns the console text, or None if `first_line_within`
+    seconds passed without the init's first line (@@UNAME)."""
+    import select
+    import time
+    cmd = ["qemu-system-x86_64", "-m", os.environ.get("VM_MEM", "2048"), "-smp", "2", "-nographic",
+           "-no-reboot", "-kernel", kernel, "-initrd", initrd,
+           "-append", "console=ttyS0 panic=-1 quiet loglevel=1"]
+    cmd += ["-enable-kvm", "-cpu", "host"] if kvm else ["-cpu", "max"]
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = b""
+    start = time.time()
+    deadline = start + int(os.environ.get("VM_TIMEOUT", "1800"))
+    while True:
+        if first_line_within and b"@@UNAME" not in out and time.time() - start > first_line_within:
+            p.kill()
+            p.wait()
+            return None
+        if time.time() > deadline:
+            p.kill()
+            break
+        r, _, _ = select.select([p.stdout], [], [], 1.0)
+        if r:
+            chunk = os.read(p.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            out += chunk
+    p.wait()
+    return out.decode(errors="replace").replace("\r", "")
+
+
+def boot(kernel, initrd):
+    kvm = False
+    try:
+        os.close(os.open("/dev/kvm", os.O_RDWR))
+        kvm = True
+    except OSError:
+        pass
+    if kvm:
+        print("booting %s under qemu with KVM" % os.path.basename(kernel), flush=True)
+        text = run_qemu(kernel, initrd, True, first_line_within=90)
+        if text is not None:
+            return text, "KVM"
+        # seen in a nested VM: /dev/kvm opens, the guest kernel never prints
+        print("  no output from the KVM guest in 90 s: booting again under TCG (software emulation)", flush=True)
+    else:
+        print("booting %s under qemu (TCG: no usable /dev/kvm)" % os.path.basename(kernel), flush=True)
+    return run_qemu(kernel, initrd, False), "TCG"
+
+
+def sections(text):
+    out = {}
+    for m in re.finditer(r"^@@BEGIN (\S+)\n@@RC (\d+)\n@@STDOUT\n(.*?)@@STDERR\n(.*?)@@REPORT\n(.*?)@@END \1$",
+                         text, re.M | re.S):
+        out[m.group(1)] = {"rc": int(m.group(2)), "out": m.group(3), "err": m.group(4),
+                           "rep": chtest.Report(m.group(5))}
+    return out
+
+
+def minor_words(out):
+    return int(re.search(r"^MINOR_WORDS (\d+)$", out, re.M).group(1))
+
+
+def check_sites(s, rate):
+    assert s["rc"] == 0, s["err"]
+    rep = s["rep"]
+    assert rep.first_line().startswith("camlheap: executor kernel; every allocation is sampled"), rep.first_line()
+    truth = chtest.parse_truth(s["out"])
+    assert len(truth) == 10, s["out"]
+    for site, (_, words) in truth.items():
+        chtest.check_binomial(rep.samples_at_lines(MOD, chtest.site_lines(site), "minor"), words, rate, site)
+    chtest.check_binomial(rep.minor()["samples"], minor_words(s["out"]), rate, "all minor vs Gc.minor_words")
+    assert rep.minor()["missed"] == 0, rep.header.get("minor")
+
+
+def main():
+    if os.geteuid() != 0:
+        sys.exit("test-vm: needs root")
+    ensure_packages()
+    kernel = stock_kernel()
+    initrd = build_initramfs()
+    text, kvm = boot(kernel, initrd)
+    with open(os.path.join(VMDIR, "console.log"), "w") as f:
+        f.write(text)
+    sec = sections(text)
+    results = []
+
+    def check(name, fn):
+        try:
+            fn()
+            results.append(True)
+            print("PASS vm.%s" % name)
+        except AssertionError as e:
+            results.append(False)
+            print("FAIL vm.%s: %s" % (name, e))
+
+    def booted():
+        assert "@@DONE" in text, "the VM did not finish: see %s/console.log" % VMDIR
+        m = re.search(r"^@@LOCKDOWN (.*)$", text, re.M)
+        assert m and "[none]" in m.group(1), "lockdown in the VM: %r" % (m and m.group(1))
+        assert "probe" in sec and sec["probe"]["rc"] == 0, sec.get("probe", {}).get("err")
+
+    def rate_one():
+        s = sec["rate_one"]
+        assert s["rc"] == 0, s["err"]
+        for site, (_, words) in chtest.parse_truth(s["out"]).items():
+            got = s["rep"].samples_at_lines(MOD, chtest.site_lines(site), "minor")
+            assert got == words, "%s: %d samples for %d words at rate 1" % (site, got, words)
+
+    def memprof():
+        import statistics as st
+        s = sec["memprof"]
+        assert s["rc"] == 0, s["err"]
+        mp = {int(a): int(b) for a, b in re.findall(r"^MEMPROF (\d+) (\d+)$", s["out"], re.M)}
+        truth = chtest.parse_truth(s["out"])
+        zcrit = st.NormalDist().inv_cdf(1 - 0.01 / (2 * len(truth)))
+        for site in truth:
+            lines = chtest.site_lines(site)
+            n1 = s["rep"].samples_at_lines(MOD, lines, "minor")
+            n2 = sum(mp.get(line, 0) for line in lines)
+            z = (n1 - n2) / math.sqrt(n1 + n2)
+            assert abs(z) <= zcrit, "%s: camlheap %d vs Gc.Memprof %d (z = %.2f)" % (site, n1, n2, z)
+
+    def identical():
+        assert sec["plain"]["rc"] == sec["profiled"]["rc"] == 0
+        assert sec["plain"]["out"] == sec["profiled"]["out"], "outputs differ"
+
+    def kill9():
+        ref = re.search(r"^@@KILL9 ref (rc=\d+ md5=\w+)$", text, re.M).group(1)
+        runs = re.findall(r"^@@KILL9 (\d+) (rc=\d+ md5=\w+)$", text, re.M)
+        assert len(runs) == 8, runs
+        for i, got in runs:
+            assert got == ref, "run %s: %s vs %s" % (i, got, ref)
+
+    check("booted_without_lockdown", booted)
+    if sec:
+        check("kernel_executor_sites_rate_1e4", lambda: check_sites(sec["sites_1e4"], 1e-4))
+        check("kernel_executor_sites_rate_1e5", lambda: check_sites(sec["sites_1e5"], 1e-5))
+        check("kernel_executor_exact_at_rate_one", rate_one)
+        check("kernel_executor_agrees_with_in_process_memprof", memprof)
+        check("kernel_executor_outputs_identical", identical)
+        check("kernel_executor_kill9_never_harms_target", kill9)
+        report_times(text, kvm)
+    print("%d passed, %d failed" % (results.count(True), results.count(False)))
+    sys.exit(0 if all(results) else 1)
+
+
+def report_times(text, kvm):
+    """The VM's measurements: target time plain, with in-process memprof,
+    and under the kernel executor (from camlheap's report), medians."""
+    times = {}
+    for w, conf, rate, us in re.findall(r"^@@TIME (\S+) (\S+) (\S+) (\d+)$", text, re.M):
+        times.setdefault((w, conf, rate), []).append(int(us) / 1e6)
+    rep = {}
+    for w, conf, rate, hdr in re.findall(r"^@@REPORTED (\S+) (\S+) (\S+) (.*)$", text, re.M):
+        d = re.search(r"duration\s+([\d.]+) s", hdr)
+        n = re.search(r"samples\s+(\d+)", hdr)
+        wr = re.search(r"kernel: (\d+) writes", hdr)
+        if d and n:
+            rep.setdefault((w, rate), []).append((float(d.group(1)), int(n.group(1)),
+                                                  int(wr.group(1)) if wr else 0))
+    print("\nkernel executor in the VM (%s; medians of 3; target seconds):" % kvm)
+    for w in ("alloc_minor", "ocamlopt"):
+        for rate in ("1e-5", "1e-4"):
+            base = times.get((w, "plain", rate))
+            if not base:
+                continue
+            b = statistics.median(base)
+            line = "  %-12s rate %-5s plain %.3f" % (w, rate, b)
+            mp = times.get((w, "memprof", rate))
+            if mp:
+                line += "  memprof %.3f (x%.3f)" % (statistics.median(mp), statistics.median(mp) / b)
+            k = rep.get((w, rate))
+            if k:
+                t = statistics.median(x[0] for x in k)
+                n = statistics.median(x[1] for x in k)
+                wr = statistics.median(x[2] for x in k)
+                line += "  kernel %.3f (x%.3f, %d samples, %d writes, %.2f us/sample)" % (
+                    t, t / b, n, wr, (t - b) / n * 1e6 if n else float("nan"))
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
