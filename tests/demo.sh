@@ -5,7 +5,7 @@
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 work=$top/build/demo
-rate=${RATE:-1e-3}
+rate=${RATE:-1e-4}
 mkdir -p "$work"
 python3 "$top/tests/gen_module.py" "${ITEMS:-1500}" > "$work/big.ml"
 cd "$work"

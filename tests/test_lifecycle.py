@@ -96,6 +96,13 @@ def test_fork_child_is_never_probed():
     truth = chtest.parse_truth(out)
     check_binomial(rep.samples_at("Forker.parent_site", "major"), truth["Forker.parent_site"][1], rate, "parent")
     assert rep.samples_at("Forker.child_site") == 0, "the fork child was sampled"
+    # nor any of its minor allocations (the child's own loop, Forker.child)
+    assert not any(f["function"] == "Forker.child" for s in rep.sites for f in s["frames"]), \
+        "the fork child was sampled"
+    # the child was never stopped for a write: the executor saw only the
+    # parent's own signals (the child's SIGCHLD at exit)
+    ex = rep.executor()
+    assert ex and ex["errors"] == 0, rep.header.get("executor")
 
 
 def _reference_run(args):

@@ -39,6 +39,11 @@ def test_ocamlopt_outputs_identical_and_stacks_clean():
     rep = chtest.Report(open(report).read())
     total, events, dropped = rep.samples_total()
     assert total > 50 and dropped == 0, rep.header
+    # the minor heap was sampled through young_limit writes, none went wrong
+    assert rep.first_line().startswith("camlheap: executor ptrace; every allocation is sampled"), rep.first_line()
+    minor, ex = rep.minor(), rep.executor()
+    assert minor and minor["samples"] > 0.9 * total and minor["missed"] == 0, rep.header.get("minor")
+    assert ex and ex["errors"] == 0 and ex["writes"] > 0, rep.header.get("executor")
     walks = rep.walks()
     assert walks["read error"] == 0 and walks["clean"] >= 0.98 * events, walks
     # symbols come from .dynsym and the frame tables' debuginfo: OCaml names

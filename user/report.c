@@ -106,11 +106,81 @@ static void print_lines(FILE *out, GPtrArray *lines)
 	}
 }
 
+/* Sites merge when their stacks print alike.  Comparing printed text would
+ * cost megabytes per deep stack (ocamlopt: 30 000 stacks of up to 1 024
+ * frames), so each frame is first reduced to the id of its printed text,
+ * interned once per (return address, Comballoc index); a site's key is the
+ * array of those ids. */
+struct frame_ids {
+	GHashTable *by_pc;   /* (retaddr, alloc_idx) -> id + 1 */
+	GHashTable *by_text; /* printed text -> id + 1 */
+	guint next;
+};
+
+static guint frame_id(struct frame_ids *fi, struct modules *mods, uint64_t pc, unsigned alloc_idx)
+{
+	uint64_t key = pc ^ ((uint64_t)alloc_idx << 56);
+	gpointer v = g_hash_table_lookup(fi->by_pc, &key);
+	struct sym_frame fr[MAX_INLINE];
+	GString *g;
+	int n;
+
+	if (v)
+		return GPOINTER_TO_UINT(v) - 1;
+	g = g_string_new(NULL);
+	n = modules_lookup(mods, pc, alloc_idx, fr, MAX_INLINE);
+	for (int j = 0; j < n; j++)
+		g_string_append_printf(g, "%s|%s|%d|%d\n", fr[j].function, fr[j].file ? fr[j].file : "", fr[j].line,
+				       fr[j].inlined);
+	v = g_hash_table_lookup(fi->by_text, g->str);
+	if (!v) {
+		v = GUINT_TO_POINTER(++fi->next);
+		g_hash_table_insert(fi->by_text, g_string_free(g, FALSE), v);
+	} else {
+		g_string_free(g, TRUE);
+	}
+	g_hash_table_insert(fi->by_pc, g_memdup2(&key, sizeof(key)), v);
+	return GPOINTER_TO_UINT(v) - 1;
+}
+
+struct group_key {
+	uint8_t kind;
+	uint8_t term;         /* 0xff: stack frames lost */
+	uint32_t n;
+	guint *ids;
+};
+
+static guint group_key_hash(gconstpointer p)
+{
+	const struct group_key *k = p;
+	guint h = 2166136261u ^ k->kind ^ ((guint)k->term << 8);
+
+	for (uint32_t i = 0; i < k->n; i++)
+		h = (h ^ k->ids[i]) * 16777619u;
+	return h;
+}
+
+static gboolean group_key_equal(gconstpointer a, gconstpointer b)
+{
+	const struct group_key *x = a, *y = b;
+
+	return x->kind == y->kind && x->term == y->term && x->n == y->n &&
+	       !memcmp(x->ids, y->ids, x->n * sizeof(*x->ids));
+}
+
+static void group_key_free(gpointer p)
+{
+	struct group_key *k = p;
+
+	g_free(k->ids);
+	g_free(k);
+}
+
 struct site_group {
 	uint8_t kind;
 	uint64_t samples;
-	GPtrArray *lines;
-	char *key;
+	const struct profile_site *site; /* one of its sites: the stack it prints */
+	size_t first;                    /* rank of that site among all sites (a stable tie-break) */
 };
 
 static int group_cmp(const void *a, const void *b)
@@ -119,7 +189,7 @@ static int group_cmp(const void *a, const void *b)
 
 	if (x->samples != y->samples)
 		return x->samples > y->samples ? -1 : 1;
-	return strcmp(x->key, y->key);
+	return x->first < y->first ? -1 : x->first > y->first;
 }
 
 /* Sites merged by kind and printed stack, sorted by samples. */
@@ -128,27 +198,35 @@ static struct site_group *group_sites(const struct profile *p, struct modules *m
 	const struct profile_site **sites = NULL;
 	size_t nsites = profile_sites_sorted(p, &sites), n = 0;
 	struct site_group *g = calloc(nsites ? nsites : 1, sizeof(*g));
-	GHashTable *index = g_hash_table_new(g_str_hash, g_str_equal);
+	GHashTable *index = g_hash_table_new_full(group_key_hash, group_key_equal, group_key_free, NULL);
+	struct frame_ids fi = {
+		.by_pc = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL),
+		.by_text = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
+	};
 
 	for (size_t i = 0; g && i < nsites; i++) {
-		GPtrArray *lines = site_lines(sites[i], mods);
-		GString *key = g_string_new(kind_names[sites[i]->kind]);
+		const struct profile_site *s = sites[i];
+		struct group_key *k = g_new0(struct group_key, 1);
 		gpointer at;
 
-		for (guint j = 0; j < lines->len; j++)
-			g_string_append_printf(key, "\n%s", (char *)lines->pdata[j]);
-		if (g_hash_table_lookup_extended(index, key->str, NULL, &at)) {
-			g[GPOINTER_TO_SIZE(at)].samples += sites[i]->samples;
-			g_ptr_array_unref(lines);
-			g_string_free(key, TRUE);
+		k->kind = s->kind;
+		k->term = s->stack ? s->stack->term : 0xff;
+		k->n = s->stack ? s->stack->nframes : 0;
+		k->ids = g_new(guint, k->n ? k->n : 1);
+		for (uint32_t j = 0; j < k->n; j++)
+			k->ids[j] = frame_id(&fi, mods, s->stack->frames[j], j == 0 ? s->alloc_idx : 0);
+		if (g_hash_table_lookup_extended(index, k, NULL, &at)) {
+			g[GPOINTER_TO_SIZE(at)].samples += s->samples;
+			group_key_free(k);
 			continue;
 		}
-		g[n] = (struct site_group){ .kind = sites[i]->kind, .samples = sites[i]->samples, .lines = lines,
-					    .key = g_string_free(key, FALSE) };
-		g_hash_table_insert(index, g[n].key, GSIZE_TO_POINTER(n));
+		g[n] = (struct site_group){ .kind = s->kind, .samples = s->samples, .site = s, .first = i };
+		g_hash_table_insert(index, k, GSIZE_TO_POINTER(n));
 		n++;
 	}
 	g_hash_table_destroy(index);
+	g_hash_table_destroy(fi.by_pc);
+	g_hash_table_destroy(fi.by_text);
 	free(sites);
 	if (g)
 		qsort(g, n, sizeof(*g), group_cmp);
@@ -283,6 +361,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	for (size_t i = 0; i < ngroups && (int)i < m->top; i++) {
 		const struct site_group *g = &groups[i];
 		double lo, hi;
+		GPtrArray *lines;
 
 		profile_poisson_ci95(g->samples, &lo, &hi);
 		fprintf(out, "\n#%zu  %s  %s  [95%% CI %s .. %s]  %" PRIu64 " sample%s  %.1f%%\n", i + 1,
@@ -290,11 +369,9 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)),
 			report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)), g->samples, plural(g->samples),
 			p->samples ? 100.0 * (double)g->samples / (double)p->samples : 0.0);
-		print_lines(out, g->lines);
-	}
-	for (size_t i = 0; i < ngroups; i++) {
-		g_ptr_array_unref(groups[i].lines);
-		g_free(groups[i].key);
+		lines = site_lines(g->site, mods);
+		print_lines(out, lines);
+		g_ptr_array_unref(lines);
 	}
 	free(groups);
 	return ferror(out) ? -EIO : 0;

@@ -283,6 +283,7 @@ def main():
             lines = chtest.site_lines(site)
             n1 = s["rep"].samples_at_lines(MOD, lines, "minor")
             n2 = sum(mp.get(line, 0) for line in lines)
+            assert n1 + n2 > 0, "%s: no sample at all" % site
             z = (n1 - n2) / math.sqrt(n1 + n2)
             assert abs(z) <= zcrit, "%s: camlheap %d vs Gc.Memprof %d (z = %.2f)" % (site, n1, n2, z)
 
