@@ -33,6 +33,7 @@
 
 #include "elf_image.h"
 #include "frametable.h"
+#include "ocaml_runtime.h"
 #include "symbolize.h"
 
 #define DEFAULT_OCAMLOPT "/usr/bin/ocamlopt.opt"
@@ -328,6 +329,66 @@ static void test_offsets(const struct elf_image *img, const char *path)
 	check(elf_image_vaddr_to_offset(img, 0xfffffffffff00000ull, &off) == -ERANGE &&
 		      elf_image_read(img, 0xfffffffffff00000ull, &zero, 8) == -ERANGE,
 	      "unmapped vaddr -ERANGE", "an unmapped address was accepted");
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The minor-heap probe plan, checked against the machine code itself: the
+ * update re-arm point is a `je` right after `mov caml_something_to_do(%rip),
+ * %eax; test %eax,%eax`, and the inlined store `mov %rax,(%rdx)`
+ * (48 89 02, young_limit at offset 0) precedes it in the function; the
+ * pending-actions point is a `call caml_process_pending_signals_exn` after
+ * the same tail; every probe sits on an instruction the kernel emulates;
+ * the uretprobe is on dispatch's entry. */
+static void test_minor_plan(const struct elf_image *img, const char *what)
+{
+	struct ocaml_runtime rt;
+	char msg[512] = "", name[128];
+	const struct elf_symbol *std = elf_image_symbol(img, "caml_something_to_do");
+	const struct elf_symbol *pps = elf_image_symbol(img, "caml_process_pending_signals_exn");
+	const struct elf_symbol *disp = elf_image_symbol(img, "caml_alloc_small_dispatch");
+	enum ocaml_probe rearms[2] = { OCAML_PROBE_REARM_UPDATE, OCAML_PROBE_REARM_PENDING };
+	uint8_t buf[64];
+
+	snprintf(name, sizeof(name), "minor probe plan (%s)", what);
+	if (ocaml_runtime_detect(img, what, &rt, msg, sizeof(msg)) != OCAML_OK || !rt.minor_ok || !std || !pps || !disp) {
+		check(false, name, "detect: %s; minor: %s", msg, rt.minor_why);
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		const struct ocaml_probe_point *pp = &rt.probes[rearms[i]];
+		const struct elf_symbol *fn = elf_image_symbol(img, pp->symbol);
+		const uint8_t *code = fn ? elf_image_data(img, fn->vaddr, pp->skipped + 16) : NULL;
+		bool ok = pp->present && pp->emulated && code && pp->skipped >= 10 && fn->vaddr + pp->skipped == pp->vaddr;
+		bool store = false;
+
+		for (unsigned k = 0; ok && k + 3 <= pp->skipped; k++)
+			store |= code[k] == 0x48 && code[k + 1] == 0x89 && code[k + 2] == 0x02;
+		if (ok && rearms[i] == OCAML_PROBE_REARM_UPDATE)
+			ok = (code[pp->skipped] == 0x74 || (code[pp->skipped] == 0x0f && code[pp->skipped + 1] == 0x84)) &&
+			     code[pp->skipped - 2] == 0x85 && code[pp->skipped - 1] == 0xc0 &&
+			     code[pp->skipped - 8] == 0x8b && code[pp->skipped - 7] == 0x05 &&
+			     fn->vaddr + pp->skipped - 2 + (uint64_t)(int64_t)(int32_t)le32(code + pp->skipped - 6) == std->vaddr;
+		else if (ok)
+			ok = code[pp->skipped] == 0xe8 &&
+			     fn->vaddr + pp->skipped + 5 + (uint64_t)(int64_t)(int32_t)le32(code + pp->skipped + 1) == pps->vaddr;
+		check(ok && store, name, "%s+%#x: not the re-arm point (present %d, emulated %d, store before it %d)",
+		      pp->symbol, pp->skipped, pp->present, pp->emulated, store);
+		printf("     %s re-arm point at %s+%#x\n", what, pp->symbol, pp->skipped);
+	}
+	check(rt.probes[OCAML_PROBE_DISPATCH_RET].retprobe && rt.probes[OCAML_PROBE_DISPATCH_RET].vaddr == disp->vaddr &&
+		      rt.probes[OCAML_PROBE_DISPATCH].emulated && rt.probes[OCAML_PROBE_DISPATCH].present,
+	      name, "dispatch entry/return probes misplanned");
+	/* the pattern is required, not guessed: a wrong something_to_do address finds nothing */
+	memset(buf, 0x90, sizeof(buf));
+	memcpy(buf + 8, "\x8b\x05\x00\x00\x00\x00\x85\xc0\x74\x02", 10);
+	check(ocaml_runtime_find_rearm(buf, sizeof(buf), 0x1000, 0x1000 + 14, 0) == 16 &&
+		      ocaml_runtime_find_rearm(buf, sizeof(buf), 0x1000, 0x2000, 0) == -1 &&
+		      ocaml_runtime_find_rearm(buf, sizeof(buf), 0x1000, 0x1000 + 14, 0x5000) == -1,
+	      "find_rearm pattern", "accepted a foreign pattern or missed a synthetic one");
 }
 
 static void test_version(const struct elf_image *img, const char *path)
@@ -633,6 +694,7 @@ static int test_ocamlopt(const char *path)
 	test_symbols(img);
 	test_offsets(img, path);
 	test_version(img, path);
+	test_minor_plan(img, "ocamlopt.opt");
 	test_aliases(img);
 
 	err = frametable_load(img, &ft);
@@ -720,6 +782,7 @@ static void test_fixture(const char *bin, const char *src)
 		goto out;
 	}
 	check(elf_image_has_dwarf(img), "fixture has DWARF (-g)", "no .debug_line/.debug_info");
+	test_minor_plan(img, "fixture");
 	err = symbolizer_open(img, ft, &sym);
 	check(!err, "symbolizer_open fixture", "%s", strerror(-err));
 	if (err)
