@@ -208,8 +208,8 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_REGISTER_FRAMETABLE] = s->skel->progs.on_register_frametable,
 		[OCAML_PROBE_DISPATCH] = s->skel->progs.on_dispatch,
 		[OCAML_PROBE_DISPATCH_RET] = s->skel->progs.on_dispatch_ret,
-		[OCAML_PROBE_REARM_UPDATE] = s->skel->progs.on_rearm,
-		[OCAML_PROBE_REARM_PENDING] = s->skel->progs.on_rearm,
+		[OCAML_PROBE_REARM_UPDATE] = s->skel->progs.on_rearm_update,
+		[OCAML_PROBE_REARM_PENDING] = s->skel->progs.on_rearm_pending,
 		[OCAML_PROBE_TRACK_YOUNG] = s->skel->progs.on_track_young,
 	};
 	struct ch_proc proc = {
