@@ -71,10 +71,13 @@ now() { cut -d' ' -f1 /proc/uptime; }
 timeit() {
 	s=$(now)
 	"$@" >/dev/null 2>&1
+	rc=$?
 	e=$(now)
-	awk -v s="$s" -v e="$e" 'BEGIN { printf "%d", (e - s) * 1000000 }'
+	awk -v s="$s" -v e="$e" -v rc=$rc 'BEGIN { printf "%d rc=%d", (e - s) * 1000000, rc }'
 }
 cd /tmp
+cp /work/big.ml /tmp/big.ml
+run ocamlopt_check ocamlopt.opt -g -c big.ml
 for round in 1 2 3; do
 	for rate in 1e-5 1e-4; do
 		echo "@@TIME alloc_minor plain $rate $(timeit $FX/alloc_minor ratio c n=4000000)"
@@ -82,9 +85,9 @@ for round in 1 2 3; do
 		timeit $CH record --executor kernel --rate $rate -o /tmp/rt.txt -- $FX/alloc_minor ratio c n=4000000 >/dev/null
 		echo "@@REPORTED alloc_minor kernel $rate $(grep -E '^(duration|samples|executor)' /tmp/rt.txt | tr '\n' '|')"
 		rm -f big.cmi big.cmx big.o
-		echo "@@TIME ocamlopt plain $rate $(timeit ocamlopt.opt -g -c /work/big.ml -o /tmp/big.cmx)"
+		echo "@@TIME ocamlopt plain $rate $(timeit ocamlopt.opt -g -c big.ml)"
 		rm -f big.cmi big.cmx big.o
-		timeit $CH record --executor kernel --rate $rate -o /tmp/rt.txt -- ocamlopt.opt -g -c /work/big.ml -o /tmp/big.cmx >/dev/null
+		timeit $CH record --executor kernel --rate $rate -o /tmp/rt.txt -- ocamlopt.opt -g -c big.ml >/dev/null
 		echo "@@REPORTED ocamlopt kernel $rate $(grep -E '^(duration|samples|executor)' /tmp/rt.txt | tr '\n' '|')"
 	done
 done
