@@ -158,7 +158,7 @@ static int seize_all(struct ptexec *x)
 				if (err == EPERM && (tracer = tracer_of(t, comm, sizeof(comm))) > 0)
 					snprintf(x->err, sizeof(x->err),
 						 "PID %d is already traced by PID %d (%s): the ptrace executor must be "
-						 "its only tracer; detach that debugger first, or run with "
+						 "its only tracer; stop that tracer first, or run with "
 						 "--executor observe (no minor-heap sampling)",
 						 (int)x->pid, (int)tracer, comm);
 				else if (err == ESRCH)

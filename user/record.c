@@ -534,6 +534,14 @@ int record_run(const struct record_opts *o)
 		if (ret < 0)
 			goto fail_target;
 	}
+	if (o->keep_cpus_awake && ex != CH_EXEC_PTRACE)
+		fprintf(stderr, "camlheap: --keep-cpus-awake is for the ptrace executor; the %s executor runs "
+				"without it\n",
+			executor_names[ex]);
+	if (ex == CH_EXEC_OBSERVE && !cfg.minor_from_memprof && t.launched && t.rt.minor_ok)
+		fprintf(stderr, "camlheap: --executor observe in launch mode: the command has not started a "
+				"Gc.Memprof of its own yet (it is looked for when camlheap attaches); to take its "
+				"samples, attach with -p PID once it runs\n");
 	cfg.executor = ex;
 	cfg.tracer_tgid = getpid();
 	meta.executor = executor_names[ex];
@@ -559,6 +567,14 @@ int record_run(const struct record_opts *o)
 		else if (ret == -ESTALE || target_check_unchanged(&t) == -ESTALE)
 			say_exec_while_attaching(msg, sizeof(msg), t.pid);
 		goto fail_target;
+	}
+	/* The holder keeps the probes; camlheap's death or exit never waits
+	 * for their release (without it, the probes just stay with camlheap). */
+	{
+		char why[256];
+
+		if (sampler_hand_off_links(smp, why, sizeof(why)) < 0 && getenv("CAMLHEAP_DEBUG"))
+			fprintf(stderr, "camlheap: probes stay with camlheap: %s\n", why);
 	}
 	/* Plugins loaded before the caml_register_frametable probe existed
 	 * (attach mode): load them now; later ones arrive as notes. */
@@ -592,13 +608,13 @@ int record_run(const struct record_opts *o)
 	}
 
 	record_until_stop(&t, smp, &intake, sigfd, pidfd, timerfd, reason, sizeof(reason));
-	/* measured before detaching: releasing the uprobes takes the kernel up
-	 * to ~0.5 s, which is not recording time */
+	/* The window ends now: the probes go inert at once (releasing them
+	 * takes the kernel ~1 s, which is not recording time). */
+	sampler_stop_sampling(smp, t.pid);
 	meta.duration_s = now_s() - t_attached;
 	{
 		double t_detach = now_s();
 
-		sampler_detach(smp);
 		/* no probe queues a write any more: drain and let go */
 		if (px) {
 			struct ptexec_stats ps;
@@ -615,6 +631,7 @@ int record_run(const struct record_opts *o)
 			if (ptexec_exited(px, &status))
 				reaped = t.launched;
 		}
+		sampler_detach(smp);
 		if (getenv("CAMLHEAP_DEBUG"))
 			fprintf(stderr, "camlheap: detached in %.3f s\n", now_s() - t_detach);
 	}

@@ -252,7 +252,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		fprintf(out,
 			"camlheap: executor %s; every allocation is sampled: minor heap (%s), "
 			"direct major, custom (out-of-heap) and unmarshalled\n",
-			m->executor, m->minor_source ? m->minor_source : "young_limit, channel A");
+			m->executor, m->minor_source ? m->minor_source : "young_limit traps");
 	else
 		fprintf(out,
 			"camlheap: executor %s; minor-heap allocations are not sampled (%s); this profile covers "
@@ -374,7 +374,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		g_ptr_array_unref(lines);
 	}
 	free(groups);
-	return ferror(out) ? -EIO : 0;
+	return ferror(out) ? -(errno ? errno : EIO) : 0; /* EPIPE: the reader went away */
 }
 
 /* Collapsed line key: the frames root first. */
@@ -445,5 +445,5 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct modules *m
 	free(keys);
 	g_hash_table_destroy(lines);
 	free(sites);
-	return ferror(out) ? -EIO : 0;
+	return ferror(out) ? -(errno ? errno : EIO) : 0; /* EPIPE: the reader went away */
 }

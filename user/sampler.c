@@ -7,6 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
@@ -25,6 +29,7 @@ struct sampler {
 	double rate;
 	enum ch_executor executor;
 	bool minor_from_memprof;
+	int holder_fd;          /* write end of the holder's pipe, or -1 */
 };
 
 /* splitmix64: seeds and stratum jitter; quality is ample for this. */
@@ -143,6 +148,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 		return -ENOMEM;
 	s->fn = fn;
 	s->ctx = ctx;
+	s->holder_fd = -1;
 	s->rate = cfg->rate;
 	s->executor = cfg->executor;
 	s->minor_from_memprof = cfg->minor_from_memprof;
@@ -292,6 +298,143 @@ int sampler_add_runtime_frames(struct sampler *s, const struct frametable *ft, u
 	return fill_frametable(bpf_map__fd(s->skel->maps.frametable_rt), ft, bias);
 }
 
+int sampler_stop_sampling(struct sampler *s, pid_t pid)
+{
+	__u32 key = (__u32)pid;
+
+	return bpf_map_delete_elem(bpf_map__fd(s->skel->maps.procs), &key) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+/* The holder: blocks until every write end of its pipe is closed (camlheap
+ * detached, or died), then exits, releasing the inherited links. */
+static void holder_main(int rd)
+{
+	char c;
+	sigset_t all;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int devnull = open("/dev/null", O_RDWR);
+
+	/* keep only the BPF objects and the pipe: not camlheap's stdout or
+	 * stderr (a reader waiting for their EOF would wait for the holder),
+	 * nor its files */
+	while (d && (e = readdir(d))) {
+		char path[64], what[64];
+		int fd = atoi(e->d_name);
+		ssize_t n;
+
+		if (e->d_name[0] == '.' || fd == rd || fd == dirfd(d) || fd == devnull)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n = readlink(path, what, sizeof(what) - 1);
+		what[n > 0 ? n : 0] = '\0';
+		if (strncmp(what, "anon_inode:bpf", 14) != 0)
+			close(fd);
+	}
+	if (d)
+		closedir(d);
+	if (devnull >= 0) {
+		dup2(devnull, 0);
+		dup2(devnull, 1);
+		dup2(devnull, 2);
+		if (devnull > 2)
+			close(devnull);
+	}
+
+	/* Ctrl-C to the terminal's group must not release the probes
+	 * before camlheap has stopped sampling */
+	setsid();
+	sigfillset(&all);
+	sigdelset(&all, SIGKILL);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	while (read(rd, &c, 1) < 0 && errno == EINTR)
+		;
+	_exit(0);
+}
+
+static void drop_link(struct bpf_link **link)
+{
+	int fd;
+
+	if (!*link)
+		return;
+	fd = bpf_link__fd(*link);
+	bpf_link__disconnect(*link);
+	bpf_link__destroy(*link);
+	if (fd >= 0)
+		close(fd);
+	*link = NULL;
+}
+
+static void close_perf_event_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	while (d && (e = readdir(d))) {
+		char path[64], what[64];
+		int fd = atoi(e->d_name);
+		ssize_t n;
+
+		if (e->d_name[0] == '.' || fd == dirfd(d))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n = readlink(path, what, sizeof(what) - 1);
+		what[n > 0 ? n : 0] = '\0';
+		if (!strcmp(what, "anon_inode:[perf_event]"))
+			close(fd);
+	}
+	if (d)
+		closedir(d);
+}
+
+int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
+{
+	int fds[2], status;
+	pid_t mid;
+
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		return -errno;
+	}
+	mid = fork();
+	if (mid < 0) {
+		int e = errno;
+
+		close(fds[0]);
+		close(fds[1]);
+		snprintf(err, errlen, "fork: %s", strerror(e));
+		return -e;
+	}
+	if (mid == 0) {
+		/* a grandchild: never camlheap's child, so neither camlheap's
+		 * waits nor its tracer thread ever see it */
+		pid_t h = fork();
+
+		if (h == 0) {
+			close(fds[1]);
+			holder_main(fds[0]);
+		}
+		_exit(h < 0 ? 1 : 0);
+	}
+	close(fds[0]);
+	if (waitpid(mid, &status, 0) == mid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+		close(fds[1]);
+		snprintf(err, errlen, "cannot start the probe holder process");
+		return -ECHILD;
+	}
+	/* the holder's copies keep the probes attached; ours go: a
+	 * disconnected libbpf link leaves its descriptors open, so close the
+	 * link's, and the perf events under the uprobe links (libbpf does not
+	 * expose those; camlheap opens no other perf event) */
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
+		drop_link(&s->links[i]);
+	drop_link(&s->exec_link);
+	close_perf_event_fds();
+	s->holder_fd = fds[1];
+	return 0;
+}
+
 void sampler_detach(struct sampler *s)
 {
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
@@ -300,6 +443,10 @@ void sampler_detach(struct sampler *s)
 	}
 	bpf_link__destroy(s->exec_link);
 	s->exec_link = NULL;
+	if (s->holder_fd >= 0) {
+		close(s->holder_fd);
+		s->holder_fd = -1;
+	}
 }
 
 int sampler_ring_fd(const struct sampler *s)

@@ -58,8 +58,28 @@ int sampler_write_req_fd(const struct sampler *s);
  * unwinder's runtime-address map.  Returns 0 or -errno. */
 int sampler_add_runtime_frames(struct sampler *s, const struct frametable *ft, uint64_t bias);
 
+/* Stop sampling `pid` at once: its entry in the kernel's process map is
+ * removed, so every probe that still fires returns at its first
+ * instruction (no sample, no write request).  The recording window ends
+ * here, not when the uprobes are released, which takes the kernel ~0.1 s a
+ * link.  Returns 0 or -errno. */
+int sampler_stop_sampling(struct sampler *s, pid_t pid);
+
+/* Give the uprobe links to a holder process and drop camlheap's own
+ * handles: the holder (camlheap's grandchild, reparented away) keeps the
+ * probes attached until camlheap closes its end of a pipe or dies, then
+ * exits, and the kernel releases them as it does (~1 s for all).  So
+ * neither camlheap's exit nor its death waits for that release, and a
+ * camlheap killed with -9 is no longer the target's tracer while the links
+ * are being released (its threads would sit in their ptrace stops
+ * meanwhile, ptrace-e2e-4.13.md §3).  Returns 0, or -errno (the links
+ * then stay with camlheap). */
+int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen);
+
 /* Detach every uprobe (the target runs on untouched); events already in the
- * ring buffer can still be consumed. */
+ * ring buffer can still be consumed.  After sampler_hand_off_links, this
+ * lets the holder go: the probes are released shortly after, in the
+ * background (call sampler_stop_sampling first). */
 void sampler_detach(struct sampler *s);
 
 /* fd that becomes readable when the ring buffer wakes its reader (epoll fd). */
