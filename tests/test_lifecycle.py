@@ -222,7 +222,9 @@ def test_target_execs_itself():
     rc, out, rep, err = record_launch([fixture("execer"), "self"], rate)
     assert rc == 0 and out.endswith("AGAIN\n"), (rc, out, err)
     ended = rep.header.get("duration", "")
-    assert "target called exec (now runs %s)" % fixture("execer") in ended and "exited with status 0" in ended, ended
+    # (the new image's own exit status is camlheap's, rc above; the report,
+    # written as soon as the exec is seen, need not wait for it)
+    assert "target called exec (now runs %s)" % fixture("execer") in ended, ended
     walks = rep.walks()
     assert walks["read error"] == 0 and walks["unknown pc"] == 0, walks
     truth = chtest.parse_truth(out)
