@@ -123,7 +123,7 @@ def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False):
         tgt = statistics.median(x["target"] for x in ns)
         smp = statistics.median(x["samples"] for x in ns)
         stops = statistics.median(x["stops"] for x in ns)
-        per = (tgt - base) / smp * 1e6 if smp else float("nan")
+        per = (tgt - base) / smp * 1e6 if smp >= 100 else float("nan")  # too few samples to divide by
         print("  %-13s %6s %9.3f %7.3f %9d %10.1f %9.0f %7.1f us %7.3f s %6.1f MiB %6.3f s" % (
             cname, r, tgt, tgt / base, smp, per, stops / tgt if tgt else 0,
             statistics.median(x["service"] for x in ns), statistics.median(x["cpu"] for x in ns),
