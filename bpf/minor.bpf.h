@@ -407,6 +407,21 @@ int BPF_KPROBE(on_track_young, __u64 wosize, __u32 from_caml, __u32 nallocs, __u
 	return 0;
 }
 
+/* Will caml_do_pending_actions_exn run no OCaml code now?  Signals and
+ * new finalisers set caml_something_to_do (checked at dispatch entry), but
+ * finalisers found while another finaliser runs do not
+ * (4.13.1 runtime/finalise.c:81): check the ready list itself; and with
+ * Gc.Memprof active its postponed callbacks may run.  Unknown means no. */
+static __always_inline bool nothing_to_run(struct ch_proc *p, struct minor_view *v)
+{
+	__u64 todo = 1;
+
+	if (!p->final_todo_sym ||
+	    bpf_probe_read_user(&todo, sizeof(todo), (void *)(p->final_todo_sym + p->load_bias)) || todo)
+		return false;
+	return v->memprof_trig == v->start || v->memprof_trig == 0;
+}
+
 /* After the runtime stored its own young_limit.  `may_defer`: a P inside
  * the block this thread is about to redo may be left to the return probe. */
 static __always_inline void rearm(struct pt_regs *ctx, bool may_defer)
@@ -426,7 +441,7 @@ static __always_inline void rearm(struct pt_regs *ctx, bool may_defer)
 	 * limit there): a P inside it is pending, not passed; the return probe
 	 * takes it. */
 	minor_skip_passed(p, &v, v.yp + (it ? it->whsize * 8 : 0));
-	if (may_defer && it && !it->pending && it->epoch == v.epoch)
+	if (may_defer && it && !it->pending && it->epoch == v.epoch && nothing_to_run(p, &v))
 		defer_words = it->whsize;
 	minor_apply_limit(p, &v, defer_words);
 }

@@ -87,6 +87,7 @@ struct ch_proc {
 	__u64 caml_state_sym;       /* link-time vaddr of the global `Caml_state` pointer (4.x) */
 	__u64 something_to_do_sym;  /* link-time vaddr of `int caml_something_to_do` (4.x signals.c) */
 	__u64 memprof_trigger_sym;  /* link-time vaddr of `value *caml_memprof_young_trigger` (4.x memprof.c) */
+	__u64 final_todo_sym;       /* link-time vaddr of finalise.c's `to_do_hd` (finalisers ready to run), 0 if unknown */
 	__s64 next_sample_words;    /* memprof's next_rand_geom: 0-based index of the next sampled word */
 	/* Channel A: the minor-heap sample point P of the current minor
 	 * cycle.  minor_trig is the address just above the next sampled word

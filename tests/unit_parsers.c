@@ -379,6 +379,17 @@ static void test_minor_plan(const struct elf_image *img, const char *what)
 		      pp->symbol, pp->skipped, pp->present, pp->emulated, store);
 		printf("     %s re-arm point at %s+%#x\n", what, pp->symbol, pp->skipped);
 	}
+	{
+		/* to_do_hd: from the code, equal to .symtab's where there is one */
+		const struct elf_symbol *fdc = elf_image_symbol(img, "caml_final_do_calls_exn");
+		const struct elf_symbol *td = elf_image_symbol(img, "to_do_hd");
+		const uint8_t *code = fdc ? elf_image_data(img, fdc->vaddr, 64) : NULL;
+		uint64_t found = code ? ocaml_runtime_find_final_todo(code, 64, fdc->vaddr) : 0;
+
+		check(found && found == rt.final_todo_sym && (!td || td->vaddr == found), name,
+		      "to_do_hd: code gives %#lx, plan %#lx, .symtab %#lx", (unsigned long)found,
+		      (unsigned long)rt.final_todo_sym, td ? (unsigned long)td->vaddr : 0UL);
+	}
 	check(rt.probes[OCAML_PROBE_DISPATCH_RET].retprobe && rt.probes[OCAML_PROBE_DISPATCH_RET].vaddr == disp->vaddr &&
 		      rt.probes[OCAML_PROBE_DISPATCH].emulated && rt.probes[OCAML_PROBE_DISPATCH].present,
 	      name, "dispatch entry/return probes misplanned");

@@ -58,6 +58,14 @@ long ocaml_runtime_find_rearm(const uint8_t *c, size_t len, uint64_t fn, uint64_
 	return -1;
 }
 
+uint64_t ocaml_runtime_find_final_todo(const uint8_t *c, size_t len, uint64_t fn)
+{
+	for (size_t i = 0; i + 8 <= len && i < 64; i++)
+		if (c[i] == 0x48 && c[i + 1] == 0x83 && c[i + 2] == 0x3d && c[i + 7] == 0)
+			return fn + i + 8 + (uint64_t)(int64_t)(int32_t)rd32(c + i + 3);
+	return 0;
+}
+
 /* The four minor-heap probes; on failure, say why in rt->minor_why. */
 static void plan_minor(const struct elf_image *img, struct ocaml_runtime *rt)
 {
@@ -77,6 +85,17 @@ static void plan_minor(const struct elf_image *img, struct ocaml_runtime *rt)
 	}
 	rt->something_to_do_sym = std->vaddr;
 	rt->memprof_trigger_sym = mpt->vaddr;
+	{
+		/* a local of finalise.c: from .symtab, else from the code that tests it */
+		const struct elf_symbol *td = elf_image_symbol(img, "to_do_hd");
+		const struct elf_symbol *fdc = elf_image_symbol(img, "caml_final_do_calls_exn");
+		const uint8_t *code = fdc ? elf_image_data(img, fdc->vaddr, 64) : NULL;
+
+		if (td && td->type == STT_OBJECT && td->size == 8)
+			rt->final_todo_sym = td->vaddr;
+		else if (code)
+			rt->final_todo_sym = ocaml_runtime_find_final_todo(code, 64, fdc->vaddr);
+	}
 	{
 		/* a local of memprof.c; only in an unstripped .symtab */
 		const struct elf_symbol *l = elf_image_symbol(img, "lambda");

@@ -43,6 +43,8 @@ struct ocaml_runtime {
 	uint64_t caml_state_sym; /* link-time vaddr of the global `Caml_state` (4.x) */
 	uint64_t something_to_do_sym; /* link-time vaddr of `int caml_something_to_do` (4.x) */
 	uint64_t memprof_trigger_sym; /* link-time vaddr of `value *caml_memprof_young_trigger` (4.x) */
+	uint64_t final_todo_sym;      /* link-time vaddr of finalise.c's `static struct to_do *to_do_hd`
+				       * (finalisers ready to run), 0 if not found */
 	uint64_t memprof_lambda_sym;  /* link-time vaddr of memprof.c's `static double lambda`, 0 if
 				       * unknown (.symtab stripped): Gc.Memprof's rate, 0 when stopped */
 	bool minor_ok;           /* every minor-heap probe and symbol was found */
@@ -81,6 +83,12 @@ unsigned ocaml_runtime_skippable_insn(const uint8_t *code, size_t len);
  * the point's offset from `fn`, or -1.  Source: 4.13.1 runtime/signals.c
  * caml_update_young_limit, feasibility-4.13.md §4.6. */
 long ocaml_runtime_find_rearm(const uint8_t *code, size_t len, uint64_t fn, uint64_t std_sym, uint64_t call_target);
+
+/* Find finalise.c's `to_do_hd` from the code of caml_final_do_calls_exn
+ * (`code`, `len` bytes at link-time vaddr `fn`): its first `cmpq $0x0,
+ * rel32(%rip)` (48 83 3d rel32 00) tests it (4.13.1 runtime/finalise.c:171,
+ * `to_do_hd != NULL`).  Returns the variable's link-time vaddr, or 0. */
+uint64_t ocaml_runtime_find_final_todo(const uint8_t *code, size_t len, uint64_t fn);
 
 /* True if the kernel's uprobe code emulates the instruction at `code`
  * instead of single-stepping it: push reg, nop, call rel32, jmp rel, jcc

@@ -223,6 +223,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		.caml_state_sym = rt->caml_state_sym,
 		.something_to_do_sym = rt->something_to_do_sym,
 		.memprof_trigger_sym = rt->memprof_trigger_sym,
+		.final_todo_sym = rt->final_todo_sym,
 		.minor_on = rt->minor_ok && s->executor != CH_EXEC_OBSERVE,
 		.minor_observe = rt->minor_ok && s->executor == CH_EXEC_OBSERVE && s->minor_from_memprof,
 	};
