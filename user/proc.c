@@ -32,21 +32,31 @@ int proc_exe_path(pid_t pid, char *buf, size_t len)
 	return 0;
 }
 
-int proc_is_process(pid_t pid)
+int proc_status_field(pid_t pid, const char *name, long *value)
 {
 	char path[64], line[256];
+	size_t n = strlen(name);
 	FILE *f;
-	int tgid = -1;
+	int ret = -ENOENT;
 
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
 	f = fopen(path, "r");
 	if (!f)
-		return 0;
+		return -ENOENT;
 	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Tgid: %d", &tgid) == 1)
+		if (!strncmp(line, name, n) && line[n] == ':' && sscanf(line + n + 1, "%ld", value) == 1) {
+			ret = 0;
 			break;
+		}
 	fclose(f);
-	return tgid == pid;
+	return ret;
+}
+
+int proc_is_process(pid_t pid)
+{
+	long tgid;
+
+	return proc_status_field(pid, "Tgid", &tgid) == 0 && tgid == pid;
 }
 
 int proc_load_bias(pid_t pid, const struct elf_image *img, uint64_t *bias)

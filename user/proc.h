@@ -16,6 +16,11 @@
  * inspect it: needs CAP_SYS_PTRACE over that process). */
 int proc_exe_path(pid_t pid, char *buf, size_t len);
 
+/* Read the integer field `name` ("Tgid", "TracerPid", ...) of
+ * /proc/PID/status into *value.  Returns 0, or -ENOENT if the process or
+ * the field is missing. */
+int proc_status_field(pid_t pid, const char *name, long *value);
+
 /* True if `pid` names a thread-group leader (a process, not a thread id). */
 int proc_is_process(pid_t pid);
 

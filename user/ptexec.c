@@ -99,18 +99,12 @@ static void tid_remove(struct ptexec *x, pid_t t)
 
 static pid_t tracer_of(pid_t tid, char *comm, size_t len)
 {
-	char path[64], line[256];
-	pid_t tracer = 0;
+	char path[64];
+	long tracer = 0;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "TracerPid: %d", &tracer) == 1)
-			break;
-	fclose(f);
+	if (proc_status_field(tid, "TracerPid", &tracer) < 0)
+		tracer = 0;
 	comm[0] = '\0';
 	if (tracer > 0) {
 		snprintf(path, sizeof(path), "/proc/%d/comm", (int)tracer);
@@ -121,7 +115,7 @@ static pid_t tracer_of(pid_t tid, char *comm, size_t len)
 			fclose(f);
 		}
 	}
-	return tracer;
+	return (pid_t)tracer;
 }
 
 /* Seize every thread of x->pid, until a pass over /proc/PID/task finds no

@@ -3,6 +3,7 @@
 #include "sampler.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,34 +307,44 @@ int sampler_stop_sampling(struct sampler *s, pid_t pid)
 	return bpf_map_delete_elem(bpf_map__fd(s->skel->maps.procs), &key) < 0 && errno != ENOENT ? -errno : 0;
 }
 
+/* Close every descriptor of this process whose /proc/self/fd link does
+ * (close_matching) or does not (!close_matching) start with `prefix`,
+ * except `keep`. */
+static void close_fds_by_link(const char *prefix, bool close_matching, int keep)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	while (d && (e = readdir(d))) {
+		char path[64], what[64];
+		int fd = atoi(e->d_name);
+		ssize_t n;
+
+		if (e->d_name[0] == '.' || fd == dirfd(d) || fd == keep)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n = readlink(path, what, sizeof(what) - 1);
+		what[n > 0 ? n : 0] = '\0';
+		if ((strncmp(what, prefix, strlen(prefix)) == 0) == close_matching)
+			close(fd);
+	}
+	if (d)
+		closedir(d);
+}
+
 /* The holder: blocks until every write end of its pipe is closed (camlheap
  * detached, or died), then exits, releasing the inherited links. */
 static void holder_main(int rd)
 {
 	char c;
 	sigset_t all;
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int devnull = open("/dev/null", O_RDWR);
+	int devnull;
 
 	/* keep only the BPF objects and the pipe: not camlheap's stdout or
 	 * stderr (a reader waiting for their EOF would wait for the holder),
 	 * nor its files */
-	while (d && (e = readdir(d))) {
-		char path[64], what[64];
-		int fd = atoi(e->d_name);
-		ssize_t n;
-
-		if (e->d_name[0] == '.' || fd == rd || fd == dirfd(d) || fd == devnull)
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-		n = readlink(path, what, sizeof(what) - 1);
-		what[n > 0 ? n : 0] = '\0';
-		if (strncmp(what, "anon_inode:bpf", 14) != 0)
-			close(fd);
-	}
-	if (d)
-		closedir(d);
+	close_fds_by_link("anon_inode:bpf", false, rd);
+	devnull = open("/dev/null", O_RDWR);
 	if (devnull >= 0) {
 		dup2(devnull, 0);
 		dup2(devnull, 1);
@@ -367,27 +378,6 @@ static void drop_link(struct bpf_link **link)
 	*link = NULL;
 }
 
-static void close_perf_event_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-
-	while (d && (e = readdir(d))) {
-		char path[64], what[64];
-		int fd = atoi(e->d_name);
-		ssize_t n;
-
-		if (e->d_name[0] == '.' || fd == dirfd(d))
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-		n = readlink(path, what, sizeof(what) - 1);
-		what[n > 0 ? n : 0] = '\0';
-		if (!strcmp(what, "anon_inode:[perf_event]"))
-			close(fd);
-	}
-	if (d)
-		closedir(d);
-}
 
 int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
 {
@@ -431,7 +421,7 @@ int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
 		drop_link(&s->links[i]);
 	drop_link(&s->exec_link);
-	close_perf_event_fds();
+	close_fds_by_link("anon_inode:[perf_event]", true, -1);
 	s->holder_fd = fds[1];
 	return 0;
 }
