@@ -130,9 +130,18 @@ static __always_inline void unwind_ocaml4(struct ch_sample_event *ev, __u64 caml
 	} else {
 		u.sp = regs[0];
 		u.pc = regs[1];
+		/* domain.c:60 (4.13): bottom_of_stack is NULL until
+		 * caml_start_program runs and again after it returns: the
+		 * allocation comes from the runtime's own C start-up or exit
+		 * code, with no OCaml frame on the stack.  An empty, clean walk. */
+		if (u.sp == 0) {
+			u.term = CH_TERM_CLEAN;
+			depth = 0;
+		}
 		if (depth > CH_MAX_FRAMES)
 			depth = CH_MAX_FRAMES;
-		bpf_loop(depth, unwind_step, &u, 0);
+		if (depth)
+			bpf_loop(depth, unwind_step, &u, 0);
 	}
 	ev->nframes = u.nframes;
 	ev->term = u.term;

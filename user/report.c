@@ -62,7 +62,9 @@ static GPtrArray *site_lines(const struct profile_site *s, struct modules *mods)
 	}
 	if (s->stack->nframes == 0) {
 		g_ptr_array_add(v, g_strdup_printf("[no OCaml frames: %s]",
-						   s->stack->term == CH_TERM_UNKNOWN_PC
+						   s->stack->term == CH_TERM_CLEAN
+							   ? "allocated by the runtime's C code before the OCaml program started or after it returned"
+						   : s->stack->term == CH_TERM_UNKNOWN_PC
 							   ? "the first return address has no frame descriptor (runtime start-up, or a plugin whose frame tables were not loaded yet)"
 							   : term_names[s->stack->term]));
 		return v;
