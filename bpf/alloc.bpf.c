@@ -136,12 +136,18 @@ static __always_inline __u32 sample_words(struct ch_proc *p, __u64 len)
  * current inside the runtime, where every probe sits).  A failure is
  * counted and the stack is not walked, so a wrong table cannot produce
  * made-up frames. */
-static __always_inline int domain_state_plausible(__u64 caml_state)
+static __always_inline int domain_state_plausible(__u64 caml_state, struct ch_sample_event *ev)
 {
-	__u64 f[8];
+	__u64 f[8], gc[2];
 
-	if (bpf_probe_read_user(f, sizeof(f), (void *)caml_state))
+	if (bpf_probe_read_user(f, sizeof(f), (void *)caml_state) ||
+	    bpf_probe_read_user(gc, sizeof(gc), (void *)(caml_state + CH_OCAML4_STAT_MINOR_COLLECTIONS)))
 		return 0;
+	/* census: a block between young_start and young_end is in the minor
+	 * heap (Is_young, 4.13.1 runtime/caml/address_class.h) */
+	ev->in_minor_heap = ev->block_addr > f[CH_OCAML4_YOUNG_START / 8] && ev->block_addr < f[CH_OCAML4_YOUNG_END / 8];
+	ev->minor_gcs = (__u32)gc[0];
+	ev->major_gcs = (__u32)gc[1];
 	return f[CH_OCAML4_YOUNG_ALLOC_START / 8] <= f[CH_OCAML4_YOUNG_PTR / 8] &&
 	       f[CH_OCAML4_YOUNG_PTR / 8] <= f[CH_OCAML4_YOUNG_ALLOC_END / 8] &&
 	       f[CH_OCAML4_YOUNG_ALLOC_START / 8] < f[CH_OCAML4_YOUNG_ALLOC_END / 8];
@@ -170,9 +176,12 @@ static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, 
 	ev->kind = kind;
 	ev->alloc_idx = 0;
 	ev->nallocs = 1;
+	ev->sample_id = 0;
+	ev->minor_gcs = ev->major_gcs = 0;
+	ev->in_minor_heap = 0;
 
 	if (bpf_probe_read_user(&caml_state, sizeof(caml_state), (void *)(p->caml_state_sym + p->load_bias)) ||
-	    !caml_state || !domain_state_plausible(caml_state)) {
+	    !caml_state || !domain_state_plausible(caml_state, ev)) {
 		count(CH_CNT_BAD_STATE, 1);
 		ev->nframes = 0;
 		ev->term = CH_TERM_READ_ERROR;
@@ -186,8 +195,9 @@ static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, 
 
 /* Send a prepared event (its frames too if has_frames); count it, or count
  * it lost.  After a successful send the frames are known to user space, so
- * has_frames is cleared for further records of the same stack. */
-static __always_inline void output_event(struct ch_sample_event *ev)
+ * has_frames is cleared for further records of the same stack.  Returns 0
+ * if sent. */
+static __always_inline int output_event(struct ch_sample_event *ev)
 {
 	__u64 size, nf, flags;
 	__u32 n = ev->nsamples;
@@ -203,21 +213,14 @@ static __always_inline void output_event(struct ch_sample_event *ev)
 		count(CH_CNT_DROPPED_SAMPLES, n);
 		if (ev->has_frames) /* user space never saw these frames: send them next time */
 			bpf_map_delete_elem(&stacks_sent, &ev->stack_id);
-		return;
+		return -1;
 	}
 	count(CH_CNT_EVENTS, 1);
 	count(CH_CNT_SAMPLES, n);
 	if (ev->has_frames)
 		count(CH_CNT_NEW_STACKS, 1);
 	ev->has_frames = 0;
-}
-
-static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 block, __u64 words, __u32 n)
-{
-	struct ch_sample_event *ev = prepare_event(p, kind, block, words, n);
-
-	if (ev)
-		output_event(ev);
+	return 0;
 }
 
 static __always_inline struct ch_proc *current_proc(void)
@@ -225,6 +228,25 @@ static __always_inline struct ch_proc *current_proc(void)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
 	return bpf_map_lookup_elem(&procs, &tgid);
+}
+
+#include "census.bpf.h"
+
+/* Send a sample event for the block at ev->block_addr and, with the
+ * census on, give it an id and follow it. */
+static __always_inline void output_sample(struct ch_proc *p, struct ch_sample_event *ev)
+{
+	ev->sample_id = p->census_on && ev->block_addr ? ++p->next_sample_id : 0;
+	if (output_event(ev) == 0)
+		census_track(p, ev);
+}
+
+static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 block, __u64 words, __u32 n)
+{
+	struct ch_sample_event *ev = prepare_event(p, kind, block, words, n);
+
+	if (ev)
+		output_sample(p, ev);
 }
 
 static __always_inline void on_words(__u8 kind, __u64 block, __u64 words)
@@ -262,14 +284,109 @@ int BPF_KPROBE(on_track_custom, __u64 block, __u64 bytes)
 	return 0;
 }
 
+/* Walk state of an unmarshalled region, in a map value (pre-6.7
+ * verifier, see minor.bpf.h's attr_state). */
+struct intern_walk {
+	__u64 hp;         /* header of the current block */
+	__u64 end;        /* end of the region */
+	__s64 next;       /* words from hp to the next sampled word (the shared countdown) */
+	__u64 whsize;     /* current block's words, header included; 0: not read yet */
+	__u32 n;          /* samples in the current block */
+	__u32 failed;     /* a header could not be read */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct intern_walk);
+} intern_state SEC(".maps");
+
+/* One block of the region per step, or one sample inside it: the shared
+ * countdown (memprof's rand_binom over the region's words, headers
+ * included) placed on the blocks, as memprof's own walk does
+ * (4.13.1 runtime/memprof.c:975 caml_memprof_track_interned), so each
+ * sampled block is its own event and can be followed. */
+static long intern_step(__u32 i, void *unused)
+{
+	__u32 zero = 0;
+	struct intern_walk *w = bpf_map_lookup_elem(&intern_state, &zero);
+	struct ch_sample_event *ev;
+	struct ch_proc *p;
+	__u64 hd;
+
+	if (!w)
+		return 1;
+	if (!w->whsize) {
+		if (w->hp >= w->end || w->next >= (__s64)((w->end - w->hp) / 8))
+			return 1; /* no sampled word left in the region */
+		if (bpf_probe_read_user(&hd, sizeof(hd), (void *)w->hp)) {
+			w->failed = 1;
+			return 1;
+		}
+		w->whsize = (hd >> 10) + 1;
+		w->n = 0;
+	}
+	if (w->next < (__s64)w->whsize) {
+		w->n++;
+		w->next += geom_draw();
+		return 0;
+	}
+	if (w->n && (ev = bpf_map_lookup_elem(&scratch, &zero)) && (p = current_proc())) {
+		ev->nsamples = w->n;
+		ev->size_words = w->whsize;
+		ev->block_addr = w->hp + 8; /* Val_hp */
+		output_sample(p, ev);
+	}
+	w->next -= (__s64)w->whsize;
+	w->hp += w->whsize * 8;
+	w->whsize = 0;
+	return 0;
+}
+
 SEC("uprobe")
 int BPF_KPROBE(on_track_interned, __u64 block_hp, __u64 blockend_hp)
 {
-	if (blockend_hp <= block_hp)
+	struct ch_proc *p = current_proc();
+	struct ch_sample_event *ev;
+	struct intern_walk *w;
+	__u32 zero = 0;
+	__u64 words;
+
+	if (!p || blockend_hp <= block_hp)
 		return 0;
-	/* The whole unmarshalled region, headers included, as one site; the
-	 * first block's value pointer is Val_hp(block) = block + 8. */
-	on_words(CH_KIND_UNMARSHAL, block_hp + 8, (blockend_hp - block_hp) / 8);
+	words = (blockend_hp - block_hp) / 8;
+	count(CH_CNT_HITS_UNMARSHAL, 1);
+	count(CH_CNT_WORDS_UNMARSHAL, words);
+	if (p->next_sample_words >= (__s64)words) {
+		p->next_sample_words -= (__s64)words;
+		return 0;
+	}
+	ev = prepare_event(p, CH_KIND_UNMARSHAL, block_hp + 8, 0, 0);
+	w = bpf_map_lookup_elem(&intern_state, &zero);
+	if (!ev || !w)
+		return 0;
+	w->hp = block_hp;
+	w->end = blockend_hp;
+	w->next = p->next_sample_words;
+	w->whsize = 0;
+	w->n = 0;
+	w->failed = 0;
+	bpf_loop(1 << 23, intern_step, NULL, 0);
+	if (w->failed || w->hp > w->end || w->whsize ||
+	    (w->hp < w->end && w->next < (__s64)((w->end - w->hp) / 8))) {
+		/* a bad header, or 2^23 steps were not enough: restart the
+		 * countdown after the region */
+		count(w->failed || w->hp > w->end ? CH_CNT_BAD_STATE : CH_CNT_CAPPED, 1);
+		p->next_sample_words = (__s64)geom_draw() - 1;
+	} else {
+		__s64 rest = w->next - (__s64)((w->end - w->hp) / 8);
+
+		p->next_sample_words = rest > 0 ? rest : 0;
+	}
+	/* nothing sent: its frames were not delivered */
+	if (ev->has_frames)
+		bpf_map_delete_elem(&stacks_sent, &ev->stack_id);
 	return 0;
 }
 

@@ -247,6 +247,7 @@ static long minor_attr_step(__u32 i, void *data)
 	__u32 zero = 0;
 	struct minor_attr *a = bpf_map_lookup_elem(&attr_state, &zero);
 	struct ch_sample_event *ev;
+	struct ch_proc *p;
 
 	if (!a)
 		return 1;
@@ -274,12 +275,13 @@ static long minor_attr_step(__u32 i, void *data)
 		a->trig_ofs -= (__s64)geom_draw();
 		return 0;
 	}
-	if (a->n && (ev = bpf_map_lookup_elem(&scratch, &zero))) {
+	if (a->n && (ev = bpf_map_lookup_elem(&scratch, &zero)) && (p = current_proc())) {
 		ev->nsamples = a->n;
 		ev->alloc_idx = (__u8)a->idx;
 		ev->size_words = a->cur_whsize;
 		ev->block_addr = a->yp + (__u64)a->alloc_ofs * 8 + 8; /* Val_hp */
-		output_event(ev);
+		ev->in_minor_heap = 1;
+		output_sample(p, ev);
 		count(CH_CNT_MINOR_SAMPLES, a->n);
 	}
 	a->idx--;

@@ -41,6 +41,17 @@ enum ch_alloc_kind {
  * no sample follows; user space ends the recording. */
 #define CH_NOTE_EXEC 0x81
 
+/* Fates of tracked sampled blocks (ARCHITECTURE.md §6, ocaml-runtime.md
+ * §4): records of type struct ch_fate_event, `kind` at the same offset as
+ * in struct ch_sample_event. */
+#define CH_FATE_PROMOTE 0x90    /* minor block promoted: block_addr is its major-heap address */
+#define CH_FATE_DEAD_MINOR 0x91 /* minor block not promoted at a minor collection: dead */
+#define CH_FATE_DEAD_MAJOR 0x92 /* major block white at the start of the clean phase: dead */
+#define CH_FATE_RELOCATED 0x93  /* alive at a compaction, which moved it: no longer followed */
+#define CH_FATE_UNTRACKED 0x94  /* alive, but no room left in the tracking set: no longer followed */
+#define CH_FATE_UNKNOWN 0x95    /* its header could not be read at a collection: fate unknown */
+#define CH_NOTE_MAJOR_CLEAN 0x9f /* a major cycle reached its clean phase (after its deaths) */
+
 /* Why an in-kernel stack walk ended (ARCHITECTURE.md §5). */
 enum ch_stack_term {
 	CH_TERM_CLEAN = 0,      /* reached the last callback context (bottom_of_stack == NULL) */
@@ -75,6 +86,14 @@ enum ch_counter {
 	CH_CNT_WRITES_KERNEL,      /* young_limit writes done in the kernel (bpf_probe_write_user) */
 	CH_CNT_WRITE_SKIPPED,      /* writes not done: an action was pending, or the thread is not ours to stop */
 	CH_CNT_SIGNAL_FAILED,      /* bpf_send_signal_thread failed: the write is lost (costs a missed sample at worst) */
+	/* Census: following sampled blocks to their death (ARCHITECTURE.md §6) */
+	CH_CNT_MINOR_UPDATES,      /* caml_memprof_minor_update hits (minor collections seen) */
+	CH_CNT_CLEAN_PHASES,       /* caml_memprof_update_clean_phase hits (major cycles reaching clean) */
+	CH_CNT_COMPACTIONS,        /* caml_memprof_invert_tracked hits (4.x compactions) */
+	CH_CNT_TRACK_FULL,         /* sampled blocks not followed: tracking set full (--max-tracked) */
+	CH_CNT_FATES_DEFERRED,     /* fate events that found the ring buffer full and were sent later */
+	CH_CNT_FATE_UNREADABLE,    /* tracked blocks whose header could not be read at a collection */
+	CH_CNT_CENSUS_NS,          /* time spent in the collection hooks, ns */
 	CH_CNT__COUNT
 };
 
@@ -99,7 +118,49 @@ struct ch_proc {
 	__u8 minor_armed;           /* minor_epoch has been set once */
 	__u8 minor_on;              /* sample the minor heap (an executor can write young_limit) */
 	__u8 minor_observe;         /* take minor samples from the program's own Gc.Memprof, read-only */
-	__u8 pad[5];
+	__u8 census_on;             /* follow sampled blocks (young/major sets, collection hooks) */
+	__u8 pad[4];
+	/* Census: sample ids, and the fill of the tracking arrays (entries
+	 * 0..young_n-1 of young_tracked, 0..major_n-1 of major_tracked).  Owned
+	 * by BPF; 4.x runs the runtime under one lock, so plain updates. */
+	__u64 next_sample_id;       /* ids start at 1 */
+	__u32 young_n;
+	__u32 major_n;
+	__u32 pending_n;            /* major_tracked entries with unsent fate events (ring was full) */
+	__u32 pad2;
+};
+
+/* An entry of the tracking arrays `young_tracked` (blocks in the minor
+ * heap, emptied at every minor collection) and `major_tracked` (blocks in
+ * the major heap, and entries whose fate event is still to be sent). */
+struct ch_tracked {
+	__u64 addr;                 /* the block (value pointer, runtime address) */
+	__u64 sample_id;
+	__u64 fate_ns;              /* pending: when the fate was seen */
+	__u32 minor_gcs;            /* pending: stat_minor_collections then */
+	__u32 major_gcs;            /* pending: stat_major_collections then */
+	__u32 tgid;
+	__u32 state;                /* CH_TRK_* */
+};
+#define CH_TRK_DEAD 1u            /* dead or no longer followed: never checked again */
+#define CH_TRK_PEND_PROMOTE 2u    /* its CH_FATE_PROMOTE is still to be sent */
+#define CH_TRK_PEND_FATE 4u       /* its final fate (pend_kind) is still to be sent */
+/* the final fate to send, in bits 8..15 of state */
+#define CH_TRK_FATE_SHIFT 8
+
+/* Ring-buffer record: what happened to a tracked sampled block, with the
+ * runtime's collection counters at that moment. */
+struct ch_fate_event {
+	__u64 sample_id;            /* the sample event's sample_id */
+	__u64 time_ns;              /* bpf_ktime_get_ns() when the collector decided */
+	__u64 block_addr;           /* PROMOTE: the new (major-heap) address; else the block */
+	__u32 minor_gcs;            /* Caml_state->stat_minor_collections (the running one not counted) */
+	__u32 major_gcs;            /* Caml_state->stat_major_collections (completed cycles) */
+	__u32 tgid;
+	__u32 tracked;              /* NOTE_MAJOR_CLEAN: blocks in the major set after the pass */
+	__u32 pad[5];               /* `kind` at the offset it has in struct ch_sample_event */
+	__u8 kind;                  /* CH_FATE_* or CH_NOTE_MAJOR_CLEAN */
+	__u8 pad2[3];
 };
 
 /* Which executor performs the young_limit writes (ARCHITECTURE.md §4.4). */
@@ -159,6 +220,9 @@ struct ch_sample_event {
 	__u64 time_ns;              /* bpf_ktime_get_ns() */
 	__u64 block_addr;           /* the sampled block (an OCaml value pointer), 0 if none */
 	__u64 size_words;           /* words the sampling decision was made over */
+	__u64 sample_id;            /* census: this sampled block's id (fate events name it), 0 if not followed */
+	__u32 minor_gcs;            /* Caml_state->stat_minor_collections at the allocation */
+	__u32 major_gcs;            /* Caml_state->stat_major_collections at the allocation */
 	__u32 tgid;
 	__u32 tid;
 	__u32 nsamples;             /* samples in this block (memprof's n_samples) */
@@ -167,7 +231,9 @@ struct ch_sample_event {
 	__u8 has_frames;
 	__u8 alloc_idx;             /* minor: which allocation of a combined (Comballoc) block, 0 = lowest address */
 	__u32 nframes;              /* depth of the walked stack */
-	__u32 nallocs;              /* minor: allocations combined in the block (1 without Comballoc) */
+	__u16 nallocs;              /* minor: allocations combined in the block (1 without Comballoc) */
+	__u8 in_minor_heap;         /* the block lies in the minor heap (census: followed to the next minor collection) */
+	__u8 pad;
 	__u64 frames[CH_MAX_FRAMES];
 };
 
@@ -178,6 +244,8 @@ struct ch_sample_event {
  * runtime/caml/domain_state.tbl).  4.14 only appends fields. */
 #define CH_OCAML4_YOUNG_LIMIT 0
 #define CH_OCAML4_YOUNG_PTR 8
+#define CH_OCAML4_YOUNG_START 32
+#define CH_OCAML4_YOUNG_END 40
 #define CH_OCAML4_YOUNG_ALLOC_START 48
 #define CH_OCAML4_YOUNG_ALLOC_END 56
 #define CH_OCAML4_YOUNG_TRIGGER 72

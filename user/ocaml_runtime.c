@@ -17,6 +17,9 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_REARM_UPDATE] = "caml_update_young_limit",
 	[OCAML_PROBE_REARM_PENDING] = "caml_do_pending_actions_exn",
 	[OCAML_PROBE_TRACK_YOUNG] = "caml_memprof_track_young",
+	[OCAML_PROBE_MINOR_UPDATE] = "caml_memprof_minor_update",
+	[OCAML_PROBE_CLEAN_PHASE] = "caml_memprof_update_clean_phase",
+	[OCAML_PROBE_COMPACTION] = "caml_memprof_invert_tracked",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
@@ -27,6 +30,9 @@ static const bool probe_optional[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_REARM_UPDATE] = true,
 	[OCAML_PROBE_REARM_PENDING] = true,
 	[OCAML_PROBE_TRACK_YOUNG] = true,
+	[OCAML_PROBE_MINOR_UPDATE] = true,
+	[OCAML_PROBE_CLEAN_PHASE] = true,
+	[OCAML_PROBE_COMPACTION] = true,
 };
 
 static uint32_t rd32(const uint8_t *p)
@@ -195,6 +201,90 @@ unsigned ocaml_runtime_skippable_insn(const uint8_t *c, size_t len)
 	return 0;
 }
 
+unsigned ocaml_runtime_plain_insn_len(const uint8_t *c, size_t len)
+{
+	size_t i = 0, n;
+	uint8_t op, modrm, mod, rm, rex = 0;
+	unsigned imm = 0;
+
+	if (i < len && c[i] == 0x64) /* %fs: */
+		i++;
+	if (i < len && (c[i] & 0xf0) == 0x40) /* REX */
+		rex = c[i++];
+	if (i >= len)
+		return 0;
+	op = c[i++];
+	if (op >= 0xb8 && op <= 0xbf) { /* mov $imm32, r32 (imm64 with REX.W) */
+		n = i + ((rex & 0x08) ? 8 : 4);
+		return n <= len ? (unsigned)n : 0;
+	}
+	switch (op) {
+	case 0x01: case 0x03: case 0x09: case 0x0b: case 0x21: case 0x23: /* add, or, and */
+	case 0x29: case 0x2b: case 0x31: case 0x33: case 0x39: case 0x3b: /* sub, xor, cmp */
+	case 0x85: case 0x89: case 0x8b: case 0x8d:                       /* test, mov, lea */
+		break;
+	case 0x83: /* ALU r/m, imm8 */
+		imm = 1;
+		break;
+	case 0x81: case 0xc7: /* ALU r/m, imm32; mov r/m, imm32 */
+		imm = 4;
+		break;
+	default:
+		return 0;
+	}
+	if (i >= len)
+		return 0;
+	modrm = c[i++];
+	mod = modrm >> 6;
+	rm = modrm & 7;
+	if (op == 0xc7 && ((modrm >> 3) & 7) != 0)
+		return 0;
+	if (mod != 3 && rm == 4) { /* SIB */
+		if (i >= len)
+			return 0;
+		if (mod == 0 && (c[i] & 7) == 5)
+			i += 4;
+		i++;
+	}
+	if (mod == 1)
+		i += 1;
+	else if (mod == 2 || (mod == 0 && rm == 5))
+		i += 4;
+	n = i + imm;
+	return n <= len ? (unsigned)n : 0;
+}
+
+/* A probe that reads no argument: on the first kernel-emulated
+ * instruction reached from the entry through plain data instructions. */
+static int plan_argless_probe(const struct elf_image *img, const char *name, struct ocaml_probe_point *pp)
+{
+	const struct elf_symbol *sym = elf_image_symbol(img, name);
+	const uint8_t *code;
+	unsigned off = 0;
+
+	if (!sym || !sym->vaddr)
+		return -ENOENT;
+	pp->symbol = name;
+	pp->skipped = 0;
+	pp->emulated = false;
+	code = elf_image_data(img, sym->vaddr, 96);
+	if (code) {
+		for (int step = 0; step < 16 && off < 80; step++) {
+			if (ocaml_runtime_insn_emulated(code + off, 96 - off)) {
+				pp->emulated = true;
+				pp->skipped = off;
+				break;
+			}
+			unsigned n = ocaml_runtime_plain_insn_len(code + off, 96 - off);
+			if (!n)
+				break;
+			off += n;
+		}
+	}
+	pp->vaddr = sym->vaddr + pp->skipped;
+	return elf_image_vaddr_to_offset(img, pp->vaddr, &pp->file_offset);
+}
+
 /* Put the probe on the entry instruction if the kernel emulates it, else on
  * the first emulated instruction within a few skippable ones (a
  * single-stepped uprobe costs ~29 us in this kind of VM against ~1 us,
@@ -292,6 +382,8 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
 		if (i == OCAML_PROBE_DISPATCH_RET || i == OCAML_PROBE_REARM_UPDATE || i == OCAML_PROBE_REARM_PENDING)
 			continue; /* planned by plan_minor */
+		if (i >= OCAML_PROBE_MINOR_UPDATE && i <= OCAML_PROBE_COMPACTION)
+			continue; /* below */
 		if (plan_probe(img, probe_symbols[i], &rt->probes[i]) == 0)
 			rt->probes[i].present = true;
 		else if (!probe_optional[i]) {
@@ -301,6 +393,19 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 	}
 	if (!missing[0])
 		plan_minor(img, rt);
+	rt->census_ok = true;
+	for (int i = OCAML_PROBE_MINOR_UPDATE; i <= OCAML_PROBE_COMPACTION; i++)
+		if (plan_argless_probe(img, probe_symbols[i], &rt->probes[i]) == 0) {
+			rt->probes[i].present = true;
+		} else if (rt->census_ok) {
+			rt->census_ok = false;
+			snprintf(rt->census_why, sizeof(rt->census_why),
+				 "the runtime lacks %s, so sampled blocks cannot be followed to their death",
+				 probe_symbols[i]);
+		}
+	if (!rt->census_ok)
+		for (int i = OCAML_PROBE_MINOR_UPDATE; i <= OCAML_PROBE_COMPACTION; i++)
+			rt->probes[i].present = false;
 	if (missing[0]) {
 		snprintf(msg, msglen,
 			 "%s (OCaml %s) lacks runtime symbols camlheap probes:%s; the binary was probably "

@@ -24,6 +24,12 @@ enum ocaml_probe {
 	OCAML_PROBE_REARM_PENDING,       /* caml_do_pending_actions_exn, the call after its inlined store */
 	/* observe: the program's own Gc.Memprof samples a minor block (optional) */
 	OCAML_PROBE_TRACK_YOUNG,         /* caml_memprof_track_young(wosize, from_caml, nallocs, lens) */
+	/* Census (ocaml-runtime.md §4): all three or none; no arguments are
+	 * read, so each sits on the first emulated instruction the function
+	 * always executes. */
+	OCAML_PROBE_MINOR_UPDATE,        /* caml_memprof_minor_update: end of a minor collection */
+	OCAML_PROBE_CLEAN_PHASE,         /* caml_memprof_update_clean_phase: a major cycle's marking is over */
+	OCAML_PROBE_COMPACTION,          /* caml_memprof_invert_tracked: a compaction is moving blocks */
 	OCAML_PROBE__COUNT
 };
 
@@ -48,6 +54,8 @@ struct ocaml_runtime {
 	uint64_t memprof_lambda_sym;  /* link-time vaddr of memprof.c's `static double lambda`, 0 if
 				       * unknown (.symtab stripped): Gc.Memprof's rate, 0 when stopped */
 	bool minor_ok;           /* every minor-heap probe and symbol was found */
+	bool census_ok;          /* the three collection probes were found */
+	char census_why[256];    /* if not, why */
 	char minor_why[256];     /* if not, why (for the report's first line) */
 	struct ocaml_probe_point probes[OCAML_PROBE__COUNT];
 };
@@ -89,6 +97,14 @@ long ocaml_runtime_find_rearm(const uint8_t *code, size_t len, uint64_t fn, uint
  * rel32(%rip)` (48 83 3d rel32 00) tests it (4.13.1 runtime/finalise.c:171,
  * `to_do_hd != NULL`).  Returns the variable's link-time vaddr, or 0. */
 uint64_t ocaml_runtime_find_final_todo(const uint8_t *code, size_t len, uint64_t fn);
+
+/* Length of the x86-64 instruction at `code` if it is a plain data
+ * instruction that cannot change control flow (mov/lea/cmp/test/add/sub/
+ * and/or/xor between registers and memory, with or without an immediate,
+ * an %fs prefix, REX), 0 otherwise.  Used to reach the first emulated
+ * instruction of a function whose arguments are not read: it executes
+ * whenever the function is entered. */
+unsigned ocaml_runtime_plain_insn_len(const uint8_t *code, size_t len);
 
 /* True if the kernel's uprobe code emulates the instruction at `code`
  * instead of single-stepping it: push reg, nop, call rel32, jmp rel, jcc

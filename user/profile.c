@@ -37,6 +37,15 @@ static void stack_free(gpointer v)
 	free(s);
 }
 
+static void site_free(gpointer v)
+{
+	struct profile_site *s = v;
+
+	if (s->cycle_live)
+		g_array_free(s->cycle_live, TRUE);
+	free(s);
+}
+
 struct profile *profile_new(double rate)
 {
 	struct profile *p = calloc(1, sizeof(*p));
@@ -45,7 +54,8 @@ struct profile *profile_new(double rate)
 		return NULL;
 	p->rate = rate;
 	p->stacks = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL, stack_free);
-	p->sites = g_hash_table_new_full(site_key_hash, site_key_equal, free, free);
+	p->sites = g_hash_table_new_full(site_key_hash, site_key_equal, free, site_free);
+	p->blocks = g_hash_table_new_full(g_int64_hash, g_int64_equal, free, free);
 	return p;
 }
 
@@ -53,6 +63,7 @@ void profile_free(struct profile *p)
 {
 	if (!p)
 		return;
+	g_hash_table_destroy(p->blocks);
 	g_hash_table_destroy(p->sites);
 	g_hash_table_destroy(p->stacks);
 	free(p);
@@ -119,6 +130,40 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 	site->samples += ev->nsamples;
 	site->events++;
 	site->sampled_block_words += ev->size_words;
+	if (ev->minor_gcs > p->cur_minor_gcs)
+		p->cur_minor_gcs = ev->minor_gcs;
+	if (ev->major_gcs > p->cur_major_gcs)
+		p->cur_major_gcs = ev->major_gcs;
+	if (ev->sample_id) {
+		uint64_t *k = malloc(sizeof(*k));
+		struct profile_block *b = calloc(1, sizeof(*b));
+
+		if (!k || !b || g_hash_table_contains(p->blocks, &ev->sample_id)) {
+			free(k);
+			free(b);
+		} else {
+			*k = ev->sample_id;
+			b->site = site;
+			b->time_ns = ev->time_ns;
+			b->nsamples = ev->nsamples;
+			b->birth_minor_gcs = ev->minor_gcs;
+			b->birth_major_gcs = ev->major_gcs;
+			b->birth_cycle = p->clean_phases;
+			b->state = ev->in_minor_heap ? PROFILE_BLOCK_YOUNG : PROFILE_BLOCK_MAJOR;
+			g_hash_table_insert(p->blocks, k, b);
+			site->followed_blocks++;
+			site->live_blocks++;
+			site->live_samples += ev->nsamples;
+			if (site->live_samples > site->peak_live_samples)
+				site->peak_live_samples = site->live_samples;
+			p->followed_blocks++;
+			p->live_samples += ev->nsamples;
+			if (p->live_samples > p->peak_live_samples) {
+				p->peak_live_samples = p->live_samples;
+				p->peak_ns = ev->time_ns;
+			}
+		}
+	}
 
 	p->events++;
 	p->samples += ev->nsamples;
@@ -129,6 +174,186 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 	if (ev->time_ns > p->last_ns)
 		p->last_ns = ev->time_ns;
 	return 0;
+}
+
+static void block_dies(struct profile *p, uint64_t id, struct profile_block *b, const struct ch_fate_event *f)
+{
+	struct profile_site *site = b->site;
+
+	site->live_samples -= b->nsamples;
+	site->live_blocks--;
+	p->live_samples -= b->nsamples;
+	if (b->state == PROFILE_BLOCK_YOUNG) {
+		site->dead_minor_blocks++;
+		p->dead_minor_blocks++;
+	} else {
+		site->dead_major_blocks++;
+		p->dead_major_blocks++;
+	}
+	if (f->time_ns > b->time_ns)
+		site->dead_lifetime_s += (double)(f->time_ns - b->time_ns) / 1e9;
+	if (f->minor_gcs > b->birth_minor_gcs)
+		site->dead_minor_gcs += f->minor_gcs - b->birth_minor_gcs;
+	g_hash_table_remove(p->blocks, &id);
+}
+
+int profile_add_fate(struct profile *p, const struct ch_fate_event *f, size_t size)
+{
+	struct profile_block *b;
+	uint64_t id = f->sample_id;
+
+	if (size < sizeof(*f))
+		return -EINVAL;
+	if (f->minor_gcs > p->cur_minor_gcs)
+		p->cur_minor_gcs = f->minor_gcs;
+	if (f->major_gcs > p->cur_major_gcs)
+		p->cur_major_gcs = f->major_gcs;
+	if (f->kind == CH_NOTE_MAJOR_CLEAN) {
+		GHashTableIter it;
+		gpointer k, v;
+
+		p->clean_phases++;
+		p->last_clean_ns = f->time_ns;
+		g_hash_table_iter_init(&it, p->sites);
+		while (g_hash_table_iter_next(&it, &k, &v)) {
+			struct profile_site *s = v;
+
+			if (!s->followed_blocks)
+				continue;
+			if (!s->cycle_live)
+				s->cycle_live = g_array_new(FALSE, TRUE, sizeof(uint64_t));
+			/* a site first seen after some clean phases: zeros before */
+			while (((GArray *)s->cycle_live)->len + 1 < p->clean_phases) {
+				uint64_t zero = 0;
+
+				g_array_append_val((GArray *)s->cycle_live, zero);
+			}
+			g_array_append_val((GArray *)s->cycle_live, s->live_samples);
+		}
+		return 0;
+	}
+	b = g_hash_table_lookup(p->blocks, &id);
+	if (!b) {
+		p->orphan_fates++;
+		return 0;
+	}
+	switch (f->kind) {
+	case CH_FATE_PROMOTE:
+		if (b->state == PROFILE_BLOCK_YOUNG) {
+			b->state = PROFILE_BLOCK_MAJOR;
+			b->site->promoted_blocks++;
+			p->promoted_blocks++;
+		}
+		break;
+	case CH_FATE_DEAD_MINOR:
+	case CH_FATE_DEAD_MAJOR:
+		if (b->state == PROFILE_BLOCK_RELOCATED || b->state == PROFILE_BLOCK_UNFOLLOWED)
+			break; /* cannot happen: no longer followed in the kernel */
+		block_dies(p, id, b, f);
+		break;
+	case CH_FATE_RELOCATED:
+		if (b->state == PROFILE_BLOCK_MAJOR) {
+			b->state = PROFILE_BLOCK_RELOCATED;
+			b->site->relocated_samples += b->nsamples;
+			p->relocated_blocks++;
+		}
+		break;
+	case CH_FATE_UNTRACKED:
+	case CH_FATE_UNKNOWN:
+		if (b->state == PROFILE_BLOCK_YOUNG || b->state == PROFILE_BLOCK_MAJOR) {
+			b->state = PROFILE_BLOCK_UNFOLLOWED;
+			b->site->unfollowed_samples += b->nsamples;
+			if (f->kind == CH_FATE_UNKNOWN)
+				p->unknown_fate_blocks++;
+			else
+				p->unfollowed_blocks++;
+		}
+		break;
+	default:
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int u32_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct site_census {
+	GArray *ages;       /* uint32 major ages of live blocks */
+	uint64_t *retained; /* live samples by judged birth interval */
+};
+
+void profile_census_compute(struct profile *p)
+{
+	GHashTable *tmp = g_hash_table_new(g_direct_hash, g_direct_equal);
+	uint32_t judged = p->clean_phases >= 2 ? p->clean_phases - 1 : 0;
+	GHashTableIter it;
+	gpointer k, v;
+
+	g_hash_table_iter_init(&it, p->blocks);
+	while (g_hash_table_iter_next(&it, &k, &v)) {
+		struct profile_block *b = v;
+		struct site_census *c = g_hash_table_lookup(tmp, b->site);
+		uint32_t age = p->cur_major_gcs > b->birth_major_gcs ? p->cur_major_gcs - b->birth_major_gcs : 0;
+
+		if (!c) {
+			c = g_new0(struct site_census, 1);
+			c->ages = g_array_new(FALSE, FALSE, sizeof(uint32_t));
+			c->retained = g_new0(uint64_t, judged + 1);
+			g_hash_table_insert(tmp, b->site, c);
+		}
+		g_array_append_val(c->ages, age);
+		if (b->birth_cycle < judged)
+			c->retained[b->birth_cycle] += b->nsamples;
+	}
+	g_hash_table_iter_init(&it, p->sites);
+	while (g_hash_table_iter_next(&it, &k, &v)) {
+		struct profile_site *s = v;
+		struct site_census *c = g_hash_table_lookup(tmp, s);
+
+		s->median_major_age = -1;
+		s->leak_cycles = judged;
+		s->leak_retaining = 0;
+		s->leak_retained_samples = 0;
+		s->leak_score = 0;
+		if (!c)
+			continue;
+		if (c->ages->len) {
+			uint32_t *a = (uint32_t *)c->ages->data, n = c->ages->len;
+
+			qsort(a, n, sizeof(*a), u32_cmp);
+			s->median_major_age = n % 2 ? a[n / 2] : (a[n / 2 - 1] + a[n / 2]) / 2.0;
+		}
+		for (uint32_t j = 0; j < judged; j++) {
+			s->leak_retaining += c->retained[j] > 0;
+			s->leak_retained_samples += c->retained[j];
+		}
+		if (judged >= 2)
+			s->leak_score = (double)s->leak_retaining / judged *
+					(profile_estimate_words(p, s->leak_retained_samples) * 8.0 / judged);
+		g_array_free(c->ages, TRUE);
+		g_free(c->retained);
+		g_free(c);
+	}
+	g_hash_table_destroy(tmp);
+}
+
+bool profile_site_live_grows(const struct profile_site *site)
+{
+	const GArray *a = site->cycle_live;
+	const uint64_t *v;
+
+	if (!a || a->len < 3)
+		return false;
+	v = (const uint64_t *)a->data;
+	for (guint i = 1; i < a->len; i++)
+		if ((double)v[i] < (double)v[i - 1] * 2.0 / 3.0)
+			return false;
+	return v[a->len - 1] > v[0];
 }
 
 static int site_cmp(const void *a, const void *b)

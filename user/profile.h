@@ -6,6 +6,7 @@
 #ifndef CH_PROFILE_H
 #define CH_PROFILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,41 @@ struct profile_site {
 	uint64_t samples;      /* sum of nsamples */
 	uint64_t events;       /* sampled blocks */
 	uint64_t sampled_block_words; /* words of the sampled blocks (not an estimate) */
+	/* Census (sampled blocks followed to their death, ARCHITECTURE.md §6) */
+	uint64_t followed_blocks;  /* sampled blocks with a sample id */
+	uint64_t live_samples;     /* samples of its blocks alive now (incl. relocated/unfollowed) */
+	uint64_t live_blocks;
+	uint64_t peak_live_samples;/* the most live_samples ever reached */
+	uint64_t promoted_blocks;  /* minor blocks promoted to the major heap */
+	uint64_t dead_minor_blocks, dead_major_blocks;
+	uint64_t relocated_samples;/* live samples whose blocks a compaction moved (alive, location unknown) */
+	uint64_t unfollowed_samples; /* live samples no longer followed (set full, header unreadable) */
+	double dead_lifetime_s;    /* sum over dead blocks of their lifetime, seconds */
+	uint64_t dead_minor_gcs;   /* sum over dead blocks of the minor collections they lived through */
+	void *cycle_live;          /* GArray of uint64: live_samples at each major clean phase seen */
+	/* filled by profile_census_compute */
+	double median_major_age;
+	uint32_t leak_cycles, leak_retaining;
+	uint64_t leak_retained_samples;
+	double leak_score;         /* estimated bytes per major cycle */
+};
+
+/* A sampled block being followed (still alive, as far as camlheap knows). */
+struct profile_block {
+	struct profile_site *site;
+	uint64_t time_ns;          /* allocation time (bpf_ktime_get_ns) */
+	uint32_t nsamples;
+	uint32_t birth_minor_gcs;  /* stat_minor_collections at the allocation */
+	uint32_t birth_major_gcs;  /* stat_major_collections at the allocation */
+	uint32_t birth_cycle;      /* major clean phases camlheap had seen before the allocation */
+	uint8_t state;             /* enum profile_block_state */
+};
+
+enum profile_block_state {
+	PROFILE_BLOCK_YOUNG = 0,   /* in the minor heap */
+	PROFILE_BLOCK_MAJOR,       /* in the major heap, followed */
+	PROFILE_BLOCK_RELOCATED,   /* moved by a compaction: alive then, location unknown since */
+	PROFILE_BLOCK_UNFOLLOWED,  /* alive when camlheap stopped following it (set full, unreadable) */
 };
 
 struct profile {
@@ -38,6 +74,16 @@ struct profile {
 	uint64_t first_ns, last_ns;
 	void *stacks;          /* GHashTable id -> struct profile_stack */
 	void *sites;           /* GHashTable (kind, id) -> struct profile_site */
+	/* Census */
+	void *blocks;          /* GHashTable sample id -> struct profile_block (live ones) */
+	uint64_t live_samples, peak_live_samples;
+	uint64_t peak_ns;      /* when the total peak was reached */
+	uint64_t followed_blocks, promoted_blocks, dead_minor_blocks, dead_major_blocks;
+	uint64_t relocated_blocks, unfollowed_blocks, unknown_fate_blocks;
+	uint64_t orphan_fates; /* fate events for an id never seen (counted, never subtracted) */
+	uint32_t clean_phases; /* CH_NOTE_MAJOR_CLEAN seen */
+	uint32_t cur_minor_gcs, cur_major_gcs; /* latest counters seen in any event */
+	uint64_t last_clean_ns;
 };
 
 /* Returns a new empty profile, or NULL on allocation failure. */
@@ -48,6 +94,35 @@ void profile_free(struct profile *p);
  * ev->has_frames and size covers them).  Returns 0 or -EINVAL for a
  * malformed event (ignored). */
 int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_t size);
+
+/* Account one fate record (struct ch_fate_event: promotion, death,
+ * relocation, or a major clean-phase note).  A fate for a block never seen
+ * is counted in orphan_fates and changes nothing else, so live counts
+ * never go negative.  Returns 0 or -EINVAL. */
+int profile_add_fate(struct profile *p, const struct ch_fate_event *f, size_t size);
+
+/* Fill the census figures of every site from the blocks alive now
+ * (call before reporting; cheap: one pass over the live blocks):
+ *  - median_major_age: median over its live blocks of the major
+ *    collections completed since their allocation (stat_major_collections
+ *    now minus at birth), -1 if none is alive;
+ *  - leak analysis (ARCHITECTURE.md §6): the major cycles camlheap saw end
+ *    are numbered by clean phase; the blocks born between clean phases j
+ *    and j+1 have all been through a complete mark once two more clean
+ *    phases passed, so with C clean phases seen, births in intervals
+ *    0..C-2 are judged (interval 0 starts at attach).  leak_cycles = C-1,
+ *    leak_retaining = judged intervals with live blocks of the site,
+ *    leak_retained_samples = their live samples, and
+ *    leak_score = (retaining / cycles) * retained bytes per cycle
+ *    (estimated bytes per major cycle): a site that keeps allocating blocks
+ *    that stay alive scores its leak rate; one whose blocks die, or that
+ *    allocated only once, scores ~0.  0 with fewer than 2 judged cycles. */
+void profile_census_compute(struct profile *p);
+
+/* Does the site's live sample count grow over the clean phases seen
+ * (more at the last than at the first, and never falling by more than a
+ * third between two)?  False with fewer than 3 clean phases. */
+bool profile_site_live_grows(const struct profile_site *site);
 
 /* All sites, sorted by samples (descending), ties by kind then stack id for
  * a deterministic order.  Returns the count; *out is a malloc'd array of

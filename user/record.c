@@ -82,6 +82,8 @@ static void on_event(void *ctx, const struct ch_sample_event *ev, size_t size)
 		in->rescan = true;
 	else if (ev->kind == CH_NOTE_EXEC)
 		in->exec = true;
+	else if (ev->kind >= CH_FATE_PROMOTE)
+		profile_add_fate(in->prof, (const struct ch_fate_event *)ev, size);
 	else
 		profile_add_event(in->prof, ev, size);
 }
@@ -300,8 +302,10 @@ static int write_report(const struct record_opts *o, const struct profile *prof,
 	ret = outfile_open(&out, o->output);
 	if (ret < 0)
 		return ret;
-	if (o->format == REPORT_COLLAPSED)
-		ret = report_write_collapsed(out.f, prof, &t->mods);
+	if (o->census)
+		ret = report_write_census(out.f, prof, meta, &t->mods);
+	else if (o->format == REPORT_COLLAPSED)
+		ret = report_write_collapsed(out.f, prof, &t->mods, o->value_live);
 	else
 		ret = report_write_text(out.f, prof, meta, &t->mods);
 	if (ret < 0)
@@ -334,8 +338,8 @@ static bool target_gone(const struct target *t)
 }
 
 /* Consume samples until a stop condition; describe it in reason. */
-static void record_until_stop(struct target *t, struct sampler *smp, struct intake *intake, int sigfd, int pidfd,
-			      int timerfd, char *reason, size_t len)
+static void record_until_stop(const struct record_opts *o, struct target *t, struct sampler *smp,
+			      struct intake *intake, int sigfd, int pidfd, int timerfd, char *reason, size_t len)
 {
 	for (;;) {
 		struct pollfd fds[4] = {
@@ -380,6 +384,12 @@ static void record_until_stop(struct target *t, struct sampler *smp, struct inta
 		}
 		if (fds[2].revents & POLLIN) {
 			snprintf(reason, len, "duration elapsed");
+			break;
+		}
+		/* the first clean phase ends the cycle under way at attach;
+		 * each later one ends a full cycle seen from its start */
+		if (o->wait_major > 0 && intake->prof->clean_phases >= (uint32_t)o->wait_major + 1) {
+			snprintf(reason, len, "%d full major cycle%s ended", o->wait_major, o->wait_major == 1 ? "" : "s");
 			break;
 		}
 	}
@@ -451,8 +461,12 @@ static int choose_executor(enum record_executor want, enum ch_executor *ex, char
 int record_run(const struct record_opts *o)
 {
 	struct target t = { .pid = o->pid, .exe_fd = -1 };
-	struct sampler_config cfg = { .rate = o->rate, .max_frames = o->max_frames, .ringbuf_bytes = RINGBUF_BYTES };
-	struct report_meta meta = { .top = o->top, .max_frames = o->max_frames };
+	struct sampler_config cfg = { .rate = o->rate,
+				      .max_frames = o->max_frames,
+				      .ringbuf_bytes = RINGBUF_BYTES,
+				      .census = !o->no_census,
+				      .max_tracked = o->max_tracked ? o->max_tracked : RECORD_DEFAULT_MAX_TRACKED };
+	struct report_meta meta = { .top = o->top, .max_frames = o->max_frames, .live = o->live };
 	struct sampler *smp = NULL;
 	struct ptexec *px = NULL;
 	enum ch_executor ex = CH_EXEC_OBSERVE;
@@ -544,6 +558,12 @@ int record_run(const struct record_opts *o)
 				"samples, attach with -p PID once it runs\n");
 	cfg.executor = ex;
 	cfg.tracer_tgid = getpid();
+	meta.census_on = cfg.census && t.rt.census_ok;
+	meta.census_off_why = o->no_census ? "--no-census" : t.rt.census_ok ? NULL : t.rt.census_why;
+	if (o->census && !meta.census_on) {
+		snprintf(msg, sizeof(msg), "cannot take a census of PID %d: %s", t.pid, meta.census_off_why);
+		goto fail_target;
+	}
 	meta.executor = executor_names[ex];
 
 	prof = profile_new(cfg.rate);
@@ -607,7 +627,7 @@ int record_run(const struct record_opts *o)
 		timerfd_settime(timerfd, 0, &its, NULL);
 	}
 
-	record_until_stop(&t, smp, &intake, sigfd, pidfd, timerfd, reason, sizeof(reason));
+	record_until_stop(o, &t, smp, &intake, sigfd, pidfd, timerfd, reason, sizeof(reason));
 	/* The window ends now: the probes go inert at once (releasing them
 	 * takes the kernel ~1 s, which is not recording time). */
 	sampler_stop_sampling(smp, t.pid);
@@ -670,6 +690,8 @@ int record_run(const struct record_opts *o)
 						     : "minor through young_limit traps; major+custom+unmarshal through "
 						       "read-only uprobes";
 	meta.end_reason = reason;
+	if (meta.census_on)
+		profile_census_compute(prof);
 	ret = write_report(o, prof, &meta, &t);
 	if (ret < 0) {
 		fprintf(stderr, "camlheap: cannot write the report to %s: %s\n", o->output ? o->output : "stdout",

@@ -6,6 +6,7 @@
 #define CH_RECORD_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "report.h"
@@ -29,6 +30,13 @@ struct record_opts {
 	unsigned max_frames;
 	enum record_executor executor;
 	bool keep_cpus_awake;      /* ptrace executor: SCHED_IDLE spinners keep vCPUs from halting */
+	/* census (ARCHITECTURE.md §6) */
+	bool live;                 /* record --live: per-site live and peak in the text report */
+	bool value_live;           /* collapsed output: live bytes at the end instead of allocated bytes */
+	bool no_census;            /* --no-census: do not follow sampled blocks */
+	uint32_t max_tracked;      /* --max-tracked: sampled blocks followed in the major heap at once */
+	bool census;               /* `camlheap census`: write the census report */
+	int wait_major;            /* census: stop once this many full major cycles ended after attach (0: no) */
 };
 
 /* Run a recording.  Returns the process exit status for camlheap: in launch
@@ -36,5 +44,8 @@ struct record_opts {
  * success; 2 for a bad target or a set-up error (message on stderr), 1 if
  * the report could not be written. */
 int record_run(const struct record_opts *o);
+
+/* Default for --max-tracked: 1 Mi blocks (40 MiB of kernel memory). */
+#define RECORD_DEFAULT_MAX_TRACKED (1u << 20)
 
 #endif

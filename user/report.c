@@ -183,6 +183,15 @@ struct site_group {
 	uint64_t samples;
 	const struct profile_site *site; /* one of its sites: the stack it prints */
 	size_t first;                    /* rank of that site among all sites (a stable tie-break) */
+	/* census, summed over the group's sites */
+	uint64_t followed, live, live_blocks, peak, promoted, dead, relocated, unfollowed;
+	uint64_t retained;               /* live samples born in judged cycles */
+	uint32_t retaining, cycles;      /* judged cycles with live births (max over sites), judged cycles */
+	double lifetime_s;               /* sum over dead blocks */
+	double median_age;               /* of the site with the most live samples */
+	uint64_t median_from;            /* its live samples */
+	bool grows;
+	double score;                    /* bytes per major cycle */
 };
 
 static int group_cmp(const void *a, const void *b)
@@ -194,8 +203,42 @@ static int group_cmp(const void *a, const void *b)
 	return x->first < y->first ? -1 : x->first > y->first;
 }
 
-/* Sites merged by kind and printed stack, sorted by samples. */
-static struct site_group *group_sites(const struct profile *p, struct modules *mods, size_t *count)
+static int group_cmp_live(const void *a, const void *b)
+{
+	const struct site_group *x = a, *y = b;
+
+	if (x->live != y->live)
+		return x->live > y->live ? -1 : 1;
+	return group_cmp(a, b);
+}
+
+static void group_add_census(struct site_group *g, const struct profile_site *s)
+{
+	g->followed += s->followed_blocks;
+	g->live += s->live_samples;
+	g->live_blocks += s->live_blocks;
+	/* merged sites (same printed stack): the sum of their peaks bounds the
+	 * group's peak from above; most groups have one site */
+	g->peak += s->peak_live_samples;
+	g->promoted += s->promoted_blocks;
+	g->dead += s->dead_minor_blocks + s->dead_major_blocks;
+	g->relocated += s->relocated_samples;
+	g->unfollowed += s->unfollowed_samples;
+	g->retained += s->leak_retained_samples;
+	if (s->leak_retaining > g->retaining)
+		g->retaining = s->leak_retaining;
+	g->cycles = s->leak_cycles;
+	g->lifetime_s += s->dead_lifetime_s;
+	if (s->live_samples > g->median_from || !g->median_from) {
+		g->median_from = s->live_samples;
+		g->median_age = s->median_major_age;
+	}
+	g->grows = g->grows || profile_site_live_grows(s);
+}
+
+/* Sites merged by kind and printed stack, sorted by samples (by live
+ * samples with `by_live`). */
+static struct site_group *group_sites(const struct profile *p, struct modules *mods, size_t *count, bool by_live)
 {
 	const struct profile_site **sites = NULL;
 	size_t nsites = profile_sites_sorted(p, &sites), n = 0;
@@ -219,19 +262,25 @@ static struct site_group *group_sites(const struct profile *p, struct modules *m
 			k->ids[j] = frame_id(&fi, mods, s->stack->frames[j], j == 0 ? s->alloc_idx : 0);
 		if (g_hash_table_lookup_extended(index, k, NULL, &at)) {
 			g[GPOINTER_TO_SIZE(at)].samples += s->samples;
+			group_add_census(&g[GPOINTER_TO_SIZE(at)], s);
 			group_key_free(k);
 			continue;
 		}
 		g[n] = (struct site_group){ .kind = s->kind, .samples = s->samples, .site = s, .first = i };
+		group_add_census(&g[n], s);
 		g_hash_table_insert(index, k, GSIZE_TO_POINTER(n));
 		n++;
 	}
+	for (size_t i = 0; g && i < n; i++)
+		if (g[i].cycles >= 2)
+			g[i].score = (double)g[i].retaining / g[i].cycles *
+				     (profile_estimate_words(p, g[i].retained) * 8.0 / g[i].cycles);
 	g_hash_table_destroy(index);
 	g_hash_table_destroy(fi.by_pc);
 	g_hash_table_destroy(fi.by_text);
 	free(sites);
 	if (g)
-		qsort(g, n, sizeof(*g), group_cmp);
+		qsort(g, n, sizeof(*g), by_live ? group_cmp_live : group_cmp);
 	*count = g ? n : 0;
 	return g;
 }
@@ -241,10 +290,88 @@ static const char *plural(uint64_t n)
 	return n == 1 ? "" : "s";
 }
 
+static int group_cmp_score(const void *a, const void *b)
+{
+	const struct site_group *x = a, *y = b;
+
+	if (x->score != y->score)
+		return x->score > y->score ? -1 : 1;
+	return group_cmp_live(a, b);
+}
+
+/* The census lines of a report header (record and census). */
+static void census_header(FILE *out, const struct profile *p, const struct report_meta *m)
+{
+	const uint64_t *c = m->counters;
+	char b1[32], b2[32], b3[32], b4[32];
+	double lo, hi;
+
+	if (!m->census_on) {
+		fprintf(out, "census      off: %s\n", m->census_off_why ? m->census_off_why : "not asked for");
+		return;
+	}
+	fprintf(out,
+		"census      %" PRIu64 " sampled block%s followed: %" PRIu64 " promoted, %" PRIu64
+		" died in the minor heap, %" PRIu64 " in the major heap; %" PRIu64 " minor and %" PRIu64
+		" major collections seen (%u reached their clean phase), %.2f ms in the collection hooks\n",
+		p->followed_blocks, plural(p->followed_blocks), p->promoted_blocks, p->dead_minor_blocks,
+		p->dead_major_blocks, c[CH_CNT_MINOR_UPDATES], c[CH_CNT_CLEAN_PHASES], p->clean_phases,
+		(double)c[CH_CNT_CENSUS_NS] / 1e6);
+	profile_poisson_ci95(p->live_samples, &lo, &hi);
+	fprintf(out,
+		"live        at the end: estimated %s [95%% CI %s .. %s] in %u sampled block%s; peak %s at %.2f s\n",
+		report_format_bytes(est_bytes(p, p->live_samples), b1, sizeof(b1)),
+		report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)), report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)),
+		g_hash_table_size(p->blocks), plural(g_hash_table_size(p->blocks)),
+		report_format_bytes(est_bytes(p, p->peak_live_samples), b4, sizeof(b4)),
+		p->peak_ns > p->first_ns ? (double)(p->peak_ns - p->first_ns) / 1e9 : 0.0);
+	if (p->relocated_blocks)
+		fprintf(out,
+			"warning     %" PRIu64 " sampled block%s moved by a compaction (%" PRIu64
+			" seen): they were alive then and are counted live since, location unknown, their "
+			"deaths no longer seen; OCAMLRUNPARAM=O=1000000 disables automatic compaction and keeps "
+			"them followed\n",
+			p->relocated_blocks, plural(p->relocated_blocks), c[CH_CNT_COMPACTIONS]);
+	if (p->unfollowed_blocks)
+		fprintf(out,
+			"warning     %" PRIu64 " sampled block%s could not be followed (tracking set full): "
+			"counted live since; raise --max-tracked\n",
+			p->unfollowed_blocks, plural(p->unfollowed_blocks));
+	if (p->unknown_fate_blocks)
+		fprintf(out,
+			"warning     %" PRIu64 " sampled block%s had an unreadable header at a collection: fate "
+			"unknown, counted live\n",
+			p->unknown_fate_blocks, plural(p->unknown_fate_blocks));
+	if (p->orphan_fates)
+		fprintf(out,
+			"warning     %" PRIu64 " fate event%s named a block never seen (its allocation event was "
+			"lost): counted here, not subtracted\n",
+			p->orphan_fates, plural(p->orphan_fates));
+}
+
+/* record --live: a site's live figures, under its header line. */
+static void site_live_line(FILE *out, const struct profile *p, const struct site_group *g)
+{
+	char b1[32], b2[32], b3[32], b4[32];
+	double lo, hi;
+	uint64_t dead = g->dead;
+
+	profile_poisson_ci95(g->live, &lo, &hi);
+	fprintf(out, "    live at end %s [95%% CI %s .. %s] in %" PRIu64 " block%s; peak live %s",
+		report_format_bytes(est_bytes(p, g->live), b1, sizeof(b1)),
+		report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)), report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)),
+		g->live_blocks, plural(g->live_blocks), report_format_bytes(est_bytes(p, g->peak), b4, sizeof(b4)));
+	if (g->kind == CH_KIND_MINOR)
+		fprintf(out, "; %" PRIu64 " of %" PRIu64 " sampled blocks promoted", g->promoted, g->followed);
+	if (dead)
+		fprintf(out, "; %" PRIu64 " died, mean lifetime %.3g s", dead, g->lifetime_s / (double)dead);
+	fprintf(out, "\n");
+}
+
 int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
 {
 	size_t ngroups = 0;
-	struct site_group *groups = group_sites(p, mods, &ngroups);
+	struct site_group *groups = group_sites(p, mods, &ngroups, false);
 	const uint64_t *c = m->counters;
 	char b1[32], b2[32], b3[32], b4[32], b5[32];
 	uint64_t hits = c[CH_CNT_HITS_MAJOR] + c[CH_CNT_HITS_CUSTOM] + c[CH_CNT_HITS_UNMARSHAL] + 2 * c[CH_CNT_DISPATCH];
@@ -319,6 +446,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		else
 			fprintf(out, "executor    kernel: %" PRIu64 " writes\n", c[CH_CNT_WRITES_KERNEL]);
 	}
+	census_header(out, p, m);
 	if (c[CH_CNT_MISSED])
 		fprintf(out,
 			"warning     %" PRIu64 " minor sample points were passed without a trap (a young_limit write "
@@ -371,12 +499,113 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)),
 			report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)), g->samples, plural(g->samples),
 			p->samples ? 100.0 * (double)g->samples / (double)p->samples : 0.0);
+		if (m->live && m->census_on)
+			site_live_line(out, p, g);
 		lines = site_lines(g->site, mods);
 		print_lines(out, lines);
 		g_ptr_array_unref(lines);
 	}
 	free(groups);
 	return ferror(out) ? -(errno ? errno : EIO) : 0; /* EPIPE: the reader went away */
+}
+
+int report_write_census(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
+{
+	size_t ngroups = 0, nsuspects = 0, shown = 0;
+	struct site_group *groups = group_sites(p, mods, &ngroups, true);
+	char b1[32], b2[32], b3[32];
+	double lo, hi;
+
+	fprintf(out,
+		"camlheap census: the live sampled heap of PID %d, by allocation site; only blocks allocated "
+		"after camlheap attached are in it (older ones are not sampled)\n",
+		m->pid);
+	fprintf(out, "target      pid %d  %s  (OCaml %s)\n", m->pid, m->exe, m->ocaml_version);
+	fprintf(out, "rate        %g samples/word (one sample per %.0f words on average); executor %s\n", p->rate,
+		1.0 / p->rate, m->executor);
+	fprintf(out, "duration    %.2f s (attach took %.3f s); %s\n", m->duration_s, m->attach_s, m->end_reason);
+	if (m->minor_off_why)
+		fprintf(out, "warning     minor-heap allocations are not sampled (%s): the census misses them\n",
+			m->minor_off_why);
+	census_header(out, p, m);
+	fprintf(out, "\nLive sites by estimated live bytes (of %zu site%s; top %d):\n", ngroups, plural(ngroups),
+		m->top);
+	for (size_t i = 0; i < ngroups; i++)
+		if (groups[i].live)
+			shown++;
+	if (!shown)
+		fprintf(out, "\n  (no sampled block is alive: %s)\n",
+			p->followed_blocks ? "every block sampled since attach has died"
+					   : "nothing was sampled; wait longer (--wait-major N, --duration) or raise --rate");
+	for (size_t i = 0, rank = 0; i < ngroups && (int)rank < m->top; i++) {
+		const struct site_group *g = &groups[i];
+		GPtrArray *lines;
+
+		if (!g->live)
+			continue;
+		rank++;
+		profile_poisson_ci95(g->live, &lo, &hi);
+		fprintf(out, "\n#%zu  %s  live %s  [95%% CI %s .. %s]  %" PRIu64 " sample%s in %" PRIu64 " block%s\n",
+			rank, kind_names[g->kind], report_format_bytes(est_bytes(p, g->live), b1, sizeof(b1)),
+			report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)),
+			report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)), g->live, plural(g->live),
+			g->live_blocks, plural(g->live_blocks));
+		fprintf(out, "    age: median %.1f major GCs", g->median_age);
+		if (g->cycles >= 2)
+			fprintf(out, "; leak score %s/cycle (live blocks born in %u of %u judged major cycles)%s",
+				report_format_bytes(g->score, b1, sizeof(b1)), g->retaining, g->cycles,
+				g->retaining == g->cycles && g->grows ? "  LEAK SUSPECT" : "");
+		if (g->relocated)
+			fprintf(out, "; %" PRIu64 " sample%s relocated by compaction (alive then, location unknown)",
+				g->relocated, plural(g->relocated));
+		fprintf(out, "\n");
+		lines = site_lines(g->site, mods);
+		print_lines(out, lines);
+		g_ptr_array_unref(lines);
+	}
+	/* leak suspects, by score */
+	for (size_t i = 0; i < ngroups; i++)
+		nsuspects += groups[i].score > 0;
+	if (p->clean_phases < 3) {
+		fprintf(out,
+			"\nLeak suspects: need at least 3 major cycles seen to end (saw %u); run the census "
+			"longer (--wait-major 3)\n",
+			p->clean_phases);
+	} else {
+		struct site_group *by_score = calloc(ngroups ? ngroups : 1, sizeof(*by_score));
+		size_t k = 0;
+
+		for (size_t i = 0; by_score && i < ngroups; i++)
+			if (groups[i].score > 0)
+				by_score[k++] = groups[i];
+		if (by_score)
+			qsort(by_score, k, sizeof(*by_score), group_cmp_score);
+		fprintf(out,
+			"\nLeak suspects (score: estimated bytes per major cycle still alive from blocks born in "
+			"each of the %u judged cycles, times the fraction of cycles that left some; a suspect "
+			"retains in every cycle and its live estimate grows):\n",
+			p->clean_phases - 1);
+		if (!k)
+			fprintf(out, "  none: no site keeps blocks born in the judged cycles alive\n");
+		for (size_t i = 0; i < k && i < 10; i++) {
+			const struct site_group *g = &by_score[i];
+			struct sym_frame fr[MAX_INLINE];
+			const char *leaf = "?";
+			int n = 0;
+
+			if (g->site->stack && g->site->stack->nframes)
+				n = modules_lookup(mods, g->site->stack->frames[0], g->site->alloc_idx, fr, MAX_INLINE);
+			if (n > 0)
+				leaf = fr[0].function;
+			fprintf(out, "  %zu. %s/cycle  %s  %s (%s:%d)  retained in %u/%u cycles%s\n", i + 1,
+				report_format_bytes(g->score, b1, sizeof(b1)), kind_names[g->kind], leaf,
+				n > 0 && fr[0].file ? fr[0].file : "?", n > 0 ? fr[0].line : 0, g->retaining,
+				g->cycles, g->retaining == g->cycles && g->grows ? "  LEAK SUSPECT" : "");
+		}
+		free(by_score);
+	}
+	free(groups);
+	return ferror(out) ? -(errno ? errno : EIO) : 0;
 }
 
 /* Collapsed line key: the frames root first. */
@@ -412,7 +641,7 @@ static int str_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods)
+int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods, bool live)
 {
 	const struct profile_site **sites = NULL;
 	size_t nsites = profile_sites_sorted(p, &sites);
@@ -423,8 +652,13 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct modules *m
 	size_t n = 0;
 
 	for (size_t i = 0; i < nsites; i++) {
-		char *key = collapsed_key(sites[i], mods);
-		uint64_t *samples = g_hash_table_lookup(lines, key);
+		char *key;
+		uint64_t *samples;
+
+		if (live && !sites[i]->live_samples)
+			continue;
+		key = collapsed_key(sites[i], mods);
+		samples = g_hash_table_lookup(lines, key);
 
 		if (!samples) {
 			samples = g_new0(uint64_t, 1);
@@ -432,7 +666,7 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct modules *m
 		} else {
 			g_free(key);
 		}
-		*samples += sites[i]->samples;
+		*samples += live ? sites[i]->live_samples : sites[i]->samples;
 	}
 	keys = calloc(g_hash_table_size(lines) + 1, sizeof(*keys));
 	g_hash_table_iter_init(&it, lines);

@@ -5,6 +5,7 @@
 #ifndef CH_REPORT_H
 #define CH_REPORT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -43,6 +44,9 @@ struct report_meta {
 	double cpu_s;                  /* camlheap's own CPU time (user + system), seconds */
 	double max_rss_mib;            /* camlheap's own peak resident set, MiB */
 	int top;                       /* sites shown in the text report */
+	bool census_on;                /* sampled blocks were followed to their death */
+	const char *census_off_why;    /* if not, why */
+	bool live;                     /* record --live: per-site live and peak figures */
 };
 
 /* Write the text report: the first line names the executor and says which
@@ -52,11 +56,20 @@ struct report_meta {
  * callstack.  Returns 0 or -EIO. */
 int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods);
 
+/* Write a census (`camlheap census`): a header as the text report's, then
+ * the sites by estimated live bytes (live sampled blocks / lambda * 8, with
+ * a 95 % Poisson interval), each with its live block count, the median age
+ * of its live blocks in major collections, its leak-suspect score
+ * (profile_census_compute, which the caller runs first) and callstack; then
+ * the leak suspects by score.  Returns 0 or -EIO. */
+int report_write_census(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods);
+
 /* Write collapsed stacks: one line per distinct callstack (all kinds
  * summed), frames root first separated by ';', each "Module.function"
  * (inlined frames expanded), a space, and the estimated allocated bytes as
- * an integer.  Returns 0 or -EIO. */
-int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods);
+ * an integer; with `live`, the estimated bytes still alive at the end
+ * instead (stacks with none are left out).  Returns 0 or -EIO. */
+int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods, bool live);
 
 /* Human-readable byte count ("1.5 MiB") into buf. */
 const char *report_format_bytes(double bytes, char *buf, size_t len);

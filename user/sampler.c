@@ -30,6 +30,7 @@ struct sampler {
 	double rate;
 	enum ch_executor executor;
 	bool minor_from_memprof;
+	bool census;
 	int holder_fd;          /* write end of the holder's pipe, or -1 */
 };
 
@@ -70,7 +71,10 @@ static int ring_event(void *ctx, void *data, size_t size)
 {
 	struct sampler *s = ctx;
 
-	if (size >= CH_EVENT_HEADER_BYTES)
+	/* sample events and notes, or fate records (struct ch_fate_event,
+	 * whose kind sits at the same offset) */
+	if (size >= CH_EVENT_HEADER_BYTES ||
+	    (size == sizeof(struct ch_fate_event) && ((const struct ch_fate_event *)data)->kind >= CH_FATE_PROMOTE))
 		s->fn(s->ctx, data, size);
 	return 0;
 }
@@ -139,6 +143,16 @@ out:
 	return ret;
 }
 
+uint32_t sampler_young_capacity(double rate)
+{
+	/* samples in one minor heap of up to 8 Mwords (64 MiB, 32x the
+	 * default), plus ten standard deviations; never more than blocks fit
+	 * in it (two words each at least) */
+	double mean = rate * 8388608.0, cap = mean + 10.0 * sqrt(mean) + 4096.0;
+
+	return cap > 4194304.0 ? 4194304u : (uint32_t)cap;
+}
+
 int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, sampler_event_fn fn, void *ctx,
 		 struct sampler **out, char *err, size_t errlen)
 {
@@ -153,6 +167,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	s->rate = cfg->rate;
 	s->executor = cfg->executor;
 	s->minor_from_memprof = cfg->minor_from_memprof;
+	s->census = cfg->census;
 	libbpf_set_print(libbpf_quiet);
 
 	s->skel = alloc_bpf__open();
@@ -166,6 +181,8 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	s->skel->rodata->tracer_tgid = (__u32)cfg->tracer_tgid;
 	bpf_map__set_max_entries(s->skel->maps.frametable, ft->count ? ft->count : 1);
 	bpf_map__set_max_entries(s->skel->maps.events, cfg->ringbuf_bytes);
+	bpf_map__set_max_entries(s->skel->maps.young_tracked, cfg->census ? sampler_young_capacity(cfg->rate) : 1);
+	bpf_map__set_max_entries(s->skel->maps.major_tracked, cfg->census ? cfg->max_tracked : 1);
 	ret = alloc_bpf__load(s->skel);
 	if (ret) {
 		ret = ret < 0 ? ret : -errno;
@@ -218,6 +235,9 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_REARM_UPDATE] = s->skel->progs.on_rearm_update,
 		[OCAML_PROBE_REARM_PENDING] = s->skel->progs.on_rearm_pending,
 		[OCAML_PROBE_TRACK_YOUNG] = s->skel->progs.on_track_young,
+		[OCAML_PROBE_MINOR_UPDATE] = s->skel->progs.on_minor_update,
+		[OCAML_PROBE_CLEAN_PHASE] = s->skel->progs.on_clean_phase,
+		[OCAML_PROBE_COMPACTION] = s->skel->progs.on_compaction,
 	};
 	struct ch_proc proc = {
 		.load_bias = load_bias,
@@ -227,6 +247,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		.final_todo_sym = rt->final_todo_sym,
 		.minor_on = rt->minor_ok && s->executor != CH_EXEC_OBSERVE,
 		.minor_observe = rt->minor_ok && s->executor == CH_EXEC_OBSERVE && s->minor_from_memprof,
+		.census_on = rt->census_ok && s->census,
 	};
 	__u32 key = pid;
 	uint64_t first, seed = 0;
@@ -257,6 +278,8 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		if (i >= OCAML_PROBE_DISPATCH && i <= OCAML_PROBE_REARM_PENDING && !proc.minor_on)
 			continue;
 		if (i == OCAML_PROBE_TRACK_YOUNG && !proc.minor_observe)
+			continue;
+		if (i >= OCAML_PROBE_MINOR_UPDATE && i <= OCAML_PROBE_COMPACTION && !proc.census_on)
 			continue;
 		s->links[i] = bpf_program__attach_uprobe_opts(progs[i], pid, exe, rt->probes[i].file_offset, &opts);
 		if (!s->links[i]) {

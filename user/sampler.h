@@ -21,9 +21,19 @@ struct sampler_config {
 	enum ch_executor executor; /* who writes young_limit for the minor heap (observe: nobody) */
 	pid_t tracer_tgid;      /* ptrace executor: camlheap's own PID (the BPF guard checks the tracer) */
 	bool minor_from_memprof; /* observe: the program runs Gc.Memprof at `rate`; take its minor samples */
+	bool census;            /* follow sampled blocks to their death (fate events) */
+	uint32_t max_tracked;   /* census: sampled blocks followed in the major heap at once (>= 1) */
 };
 
-/* Called for each event; `size` bytes are valid (frames only if has_frames). */
+/* Entries of the kernel's young set for `rate`: enough for the samples of
+ * a minor heap of 8 Mwords (32 times OCaml's default) with ten standard
+ * deviations to spare; at most 4 Mi.  A sample beyond it is reported as
+ * not followed (CH_CNT_TRACK_FULL). */
+uint32_t sampler_young_capacity(double rate);
+
+/* Called for each event; `size` bytes are valid (frames only if has_frames).
+ * A record whose kind is CH_FATE_* or CH_NOTE_MAJOR_CLEAN is a struct
+ * ch_fate_event of sizeof(struct ch_fate_event) bytes. */
 typedef void (*sampler_event_fn)(void *ctx, const struct ch_sample_event *ev, size_t size);
 
 struct sampler;
