@@ -193,6 +193,14 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		o->wait_major = (int)v;
 		break;
 	case ARGP_KEY_ARG:
+		/* `--wait-major N` (argp only takes `--wait-major=N` for an
+		 * optional argument) */
+		if (o->census && state->next >= 2 && !strcmp(state->argv[state->next - 2], "--wait-major")) {
+			if (parse_long(arg, &v) || v < 1 || v > 1000000)
+				argp_error(state, "invalid --wait-major '%s' (1..1000000 cycles)", arg);
+			o->wait_major = (int)v;
+			break;
+		}
 		/* The command starts at the first non-option; its own options
 		 * are not ours. */
 		o->argv = &state->argv[state->next - 1];

@@ -56,6 +56,7 @@ struct profile *profile_new(double rate)
 	p->stacks = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL, stack_free);
 	p->sites = g_hash_table_new_full(site_key_hash, site_key_equal, free, site_free);
 	p->blocks = g_hash_table_new_full(g_int64_hash, g_int64_equal, free, free);
+	p->interval_births = g_array_new(FALSE, TRUE, sizeof(uint64_t));
 	return p;
 }
 
@@ -64,6 +65,7 @@ void profile_free(struct profile *p)
 	if (!p)
 		return;
 	g_hash_table_destroy(p->blocks);
+	g_array_free(p->interval_births, TRUE);
 	g_hash_table_destroy(p->sites);
 	g_hash_table_destroy(p->stacks);
 	free(p);
@@ -153,6 +155,15 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 			g_hash_table_insert(p->blocks, k, b);
 			site->followed_blocks++;
 			site->live_blocks++;
+			if (ev->in_minor_heap)
+				p->followed_minor_blocks++;
+			{
+				GArray *ib = p->interval_births;
+
+				if (ib->len <= p->clean_phases)
+					g_array_set_size(ib, p->clean_phases + 1);
+				g_array_index(ib, uint64_t, p->clean_phases)++;
+			}
 			site->live_samples += ev->nsamples;
 			if (site->live_samples > site->peak_live_samples)
 				site->peak_live_samples = site->live_samples;
@@ -290,7 +301,7 @@ struct site_census {
 void profile_census_compute(struct profile *p)
 {
 	GHashTable *tmp = g_hash_table_new(g_direct_hash, g_direct_equal);
-	uint32_t judged = p->clean_phases >= 2 ? p->clean_phases - 1 : 0;
+	uint32_t judged = p->clean_phases >= 2 ? p->clean_phases - 1 : 0, active = 0;
 	GHashTableIter it;
 	gpointer k, v;
 
@@ -310,13 +321,15 @@ void profile_census_compute(struct profile *p)
 		if (b->birth_cycle < judged)
 			c->retained[b->birth_cycle] += b->nsamples;
 	}
+	for (uint32_t j = 0; j < judged && j < ((GArray *)p->interval_births)->len; j++)
+		active += g_array_index((GArray *)p->interval_births, uint64_t, j) > 0;
 	g_hash_table_iter_init(&it, p->sites);
 	while (g_hash_table_iter_next(&it, &k, &v)) {
 		struct profile_site *s = v;
 		struct site_census *c = g_hash_table_lookup(tmp, s);
 
 		s->median_major_age = -1;
-		s->leak_cycles = judged;
+		s->leak_cycles = active;
 		s->leak_retaining = 0;
 		s->leak_retained_samples = 0;
 		s->leak_score = 0;
@@ -328,13 +341,18 @@ void profile_census_compute(struct profile *p)
 			qsort(a, n, sizeof(*a), u32_cmp);
 			s->median_major_age = n % 2 ? a[n / 2] : (a[n / 2 - 1] + a[n / 2]) / 2.0;
 		}
+		s->leak_cycles = 0;
 		for (uint32_t j = 0; j < judged; j++) {
+			if (j >= ((GArray *)p->interval_births)->len ||
+			    !g_array_index((GArray *)p->interval_births, uint64_t, j))
+				continue; /* nothing sampled then: no information */
+			s->leak_cycles++;
 			s->leak_retaining += c->retained[j] > 0;
 			s->leak_retained_samples += c->retained[j];
 		}
-		if (judged >= 2)
-			s->leak_score = (double)s->leak_retaining / judged *
-					(profile_estimate_words(p, s->leak_retained_samples) * 8.0 / judged);
+		if (s->leak_cycles >= 2)
+			s->leak_score = (double)s->leak_retaining / s->leak_cycles *
+					(profile_estimate_words(p, s->leak_retained_samples) * 8.0 / s->leak_cycles);
 		g_array_free(c->ages, TRUE);
 		g_free(c->retained);
 		g_free(c);

@@ -78,7 +78,8 @@ struct profile {
 	void *blocks;          /* GHashTable sample id -> struct profile_block (live ones) */
 	uint64_t live_samples, peak_live_samples;
 	uint64_t peak_ns;      /* when the total peak was reached */
-	uint64_t followed_blocks, promoted_blocks, dead_minor_blocks, dead_major_blocks;
+	uint64_t followed_blocks, followed_minor_blocks, promoted_blocks, dead_minor_blocks, dead_major_blocks;
+	void *interval_births;  /* GArray of uint64: sampled blocks born between clean phases j and j+1 */
 	uint64_t relocated_blocks, unfollowed_blocks, unknown_fate_blocks;
 	uint64_t orphan_fates; /* fate events for an id never seen (counted, never subtracted) */
 	uint32_t clean_phases; /* CH_NOTE_MAJOR_CLEAN seen */
@@ -110,8 +111,10 @@ int profile_add_fate(struct profile *p, const struct ch_fate_event *f, size_t si
  *    are numbered by clean phase; the blocks born between clean phases j
  *    and j+1 have all been through a complete mark once two more clean
  *    phases passed, so with C clean phases seen, births in intervals
- *    0..C-2 are judged (interval 0 starts at attach).  leak_cycles = C-1,
- *    leak_retaining = judged intervals with live blocks of the site,
+ *    0..C-2 are judged (interval 0 starts at attach); an interval in which
+ *    nothing at all was sampled (back-to-back cycles of a Gc.full_major,
+ *    an idle program) tells nothing and is skipped.  leak_cycles = the
+ *    judged intervals left, leak_retaining = those with live blocks of the site,
  *    leak_retained_samples = their live samples, and
  *    leak_score = (retaining / cycles) * retained bytes per cycle
  *    (estimated bytes per major cycle): a site that keeps allocating blocks

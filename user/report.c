@@ -227,7 +227,8 @@ static void group_add_census(struct site_group *g, const struct profile_site *s)
 	g->retained += s->leak_retained_samples;
 	if (s->leak_retaining > g->retaining)
 		g->retaining = s->leak_retaining;
-	g->cycles = s->leak_cycles;
+	if (s->leak_cycles > g->cycles)
+		g->cycles = s->leak_cycles;
 	g->lifetime_s += s->dead_lifetime_s;
 	if (s->live_samples > g->median_from || !g->median_from) {
 		g->median_from = s->live_samples;
@@ -299,6 +300,15 @@ static int group_cmp_score(const void *a, const void *b)
 	return group_cmp_live(a, b);
 }
 
+/* A site whose blocks born in at least two thirds of the judged cycles
+ * (and at least two) are still alive, and whose live estimate grows.  Not
+ * "every cycle": a small site may, by chance, have no sample born in a
+ * short cycle. */
+static bool is_suspect(const struct site_group *g)
+{
+	return g->cycles >= 2 && g->retaining >= 2 && 3 * g->retaining >= 2 * g->cycles && g->grows;
+}
+
 /* The census lines of a report header (record and census). */
 static void census_header(FILE *out, const struct profile *p, const struct report_meta *m)
 {
@@ -311,10 +321,10 @@ static void census_header(FILE *out, const struct profile *p, const struct repor
 		return;
 	}
 	fprintf(out,
-		"census      %" PRIu64 " sampled block%s followed: %" PRIu64 " promoted, %" PRIu64
+		"census      %" PRIu64 " sampled block%s followed (%" PRIu64 " born in the minor heap): %" PRIu64 " promoted, %" PRIu64
 		" died in the minor heap, %" PRIu64 " in the major heap; %" PRIu64 " minor and %" PRIu64
 		" major collections seen (%u reached their clean phase), %.2f ms in the collection hooks\n",
-		p->followed_blocks, plural(p->followed_blocks), p->promoted_blocks, p->dead_minor_blocks,
+		p->followed_blocks, plural(p->followed_blocks), p->followed_minor_blocks, p->promoted_blocks, p->dead_minor_blocks,
 		p->dead_major_blocks, c[CH_CNT_MINOR_UPDATES], c[CH_CNT_CLEAN_PHASES], p->clean_phases,
 		(double)c[CH_CNT_CENSUS_NS] / 1e6);
 	profile_poisson_ci95(p->live_samples, &lo, &hi);
@@ -357,10 +367,11 @@ static void site_live_line(FILE *out, const struct profile *p, const struct site
 	uint64_t dead = g->dead;
 
 	profile_poisson_ci95(g->live, &lo, &hi);
-	fprintf(out, "    live at end %s [95%% CI %s .. %s] in %" PRIu64 " block%s; peak live %s",
+	fprintf(out, "    live at end %s [95%% CI %s .. %s] %" PRIu64 " sample%s in %" PRIu64 " block%s; peak live %s",
 		report_format_bytes(est_bytes(p, g->live), b1, sizeof(b1)),
 		report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)), report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)),
-		g->live_blocks, plural(g->live_blocks), report_format_bytes(est_bytes(p, g->peak), b4, sizeof(b4)));
+		g->live, plural(g->live), g->live_blocks, plural(g->live_blocks),
+		report_format_bytes(est_bytes(p, g->peak), b4, sizeof(b4)));
 	if (g->kind == CH_KIND_MINOR)
 		fprintf(out, "; %" PRIu64 " of %" PRIu64 " sampled blocks promoted", g->promoted, g->followed);
 	if (dead)
@@ -554,7 +565,7 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 		if (g->cycles >= 2)
 			fprintf(out, "; leak score %s/cycle (live blocks born in %u of %u judged major cycles)%s",
 				report_format_bytes(g->score, b1, sizeof(b1)), g->retaining, g->cycles,
-				g->retaining == g->cycles && g->grows ? "  LEAK SUSPECT" : "");
+				is_suspect(g) ? "  LEAK SUSPECT" : "");
 		if (g->relocated)
 			fprintf(out, "; %" PRIu64 " sample%s relocated by compaction (alive then, location unknown)",
 				g->relocated, plural(g->relocated));
@@ -582,9 +593,9 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 			qsort(by_score, k, sizeof(*by_score), group_cmp_score);
 		fprintf(out,
 			"\nLeak suspects (score: estimated bytes per major cycle still alive from blocks born in "
-			"each of the %u judged cycles, times the fraction of cycles that left some; a suspect "
-			"retains in every cycle and its live estimate grows):\n",
-			p->clean_phases - 1);
+			"the judged cycles (those that ended long enough ago, and in which anything was sampled), "
+			"times the fraction of those cycles that left some; a LEAK SUSPECT retains in at least "
+			"two thirds of them and its live estimate grows across cycles):\n");
 		if (!k)
 			fprintf(out, "  none: no site keeps blocks born in the judged cycles alive\n");
 		for (size_t i = 0; i < k && i < 10; i++) {
@@ -600,7 +611,7 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 			fprintf(out, "  %zu. %s/cycle  %s  %s (%s:%d)  retained in %u/%u cycles%s\n", i + 1,
 				report_format_bytes(g->score, b1, sizeof(b1)), kind_names[g->kind], leaf,
 				n > 0 && fr[0].file ? fr[0].file : "?", n > 0 ? fr[0].line : 0, g->retaining,
-				g->cycles, g->retaining == g->cycles && g->grows ? "  LEAK SUSPECT" : "");
+				g->cycles, is_suspect(g) ? "  LEAK SUSPECT" : "");
 		}
 		free(by_score);
 	}
