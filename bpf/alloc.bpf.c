@@ -178,6 +178,7 @@ static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, 
 	ev->nallocs = 1;
 	ev->sample_id = 0;
 	ev->minor_gcs = ev->major_gcs = 0;
+	ev->clean_phases = p->clean_phases;
 	ev->in_minor_heap = 0;
 
 	if (bpf_probe_read_user(&caml_state, sizeof(caml_state), (void *)(p->caml_state_sym + p->load_bias)) ||

@@ -67,8 +67,8 @@ struct {
 	__type(value, struct census_pass);
 } census_state SEC(".maps");
 
-static __always_inline int emit_fate(__u8 kind, __u64 id, __u64 addr, __u64 ns, __u32 minor, __u32 major,
-				     __u32 tgid, __u32 tracked)
+static __always_inline int emit_fate_note(__u8 kind, __u64 id, __u64 addr, __u64 ns, __u32 minor, __u32 major,
+					  __u32 tgid, __u32 tracked, __u32 clean_phases)
 {
 	struct ch_fate_event *f = bpf_ringbuf_reserve(&events, sizeof(*f), 0);
 
@@ -82,9 +82,16 @@ static __always_inline int emit_fate(__u8 kind, __u64 id, __u64 addr, __u64 ns, 
 	f->major_gcs = major;
 	f->tgid = tgid;
 	f->tracked = tracked;
+	f->clean_phases = clean_phases;
 	f->kind = kind;
 	bpf_ringbuf_submit(f, BPF_RB_NO_WAKEUP);
 	return 0;
+}
+
+static __always_inline int emit_fate(__u8 kind, __u64 id, __u64 addr, __u64 ns, __u32 minor, __u32 major,
+				     __u32 tgid, __u32 tracked)
+{
+	return emit_fate_note(kind, id, addr, ns, minor, major, tgid, tracked, 0);
 }
 
 /* Follow a sampled block whose sample event was sent.  A full set means
@@ -358,7 +365,11 @@ int on_clean_phase(struct pt_regs *ctx)
 	if (!s)
 		return 0;
 	census_major_pass(p, s, CENSUS_CLEAN);
-	if (emit_fate(CH_NOTE_MAJOR_CLEAN, 0, 0, s->now_ns, s->minor_gcs, s->major_gcs, s->tgid, p->major_n))
+	/* numbered, so that a lost note is seen (user space fills the gap);
+	 * births after this carry the new number */
+	p->clean_phases++;
+	if (emit_fate_note(CH_NOTE_MAJOR_CLEAN, 0, 0, s->now_ns, s->minor_gcs, s->major_gcs, s->tgid, p->major_n,
+			   p->clean_phases))
 		count(CH_CNT_DROPPED, 1);
 	count(CH_CNT_CENSUS_NS, bpf_ktime_get_ns() - t0);
 	return 0;

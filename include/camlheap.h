@@ -127,7 +127,7 @@ struct ch_proc {
 	__u32 young_n;
 	__u32 major_n;
 	__u32 pending_n;            /* major_tracked entries with unsent fate events (ring was full) */
-	__u32 pad2;
+	__u32 clean_phases;         /* major clean phases seen since attach (numbers the major cycles) */
 };
 
 /* An entry of the tracking arrays `young_tracked` (blocks in the minor
@@ -158,7 +158,8 @@ struct ch_fate_event {
 	__u32 major_gcs;            /* Caml_state->stat_major_collections (completed cycles) */
 	__u32 tgid;
 	__u32 tracked;              /* NOTE_MAJOR_CLEAN: blocks in the major set after the pass */
-	__u32 pad[5];               /* `kind` at the offset it has in struct ch_sample_event */
+	__u32 clean_phases;         /* NOTE_MAJOR_CLEAN: ch_proc.clean_phases, this one included */
+	__u32 pad[6];               /* `kind` at the offset it has in struct ch_sample_event */
 	__u8 kind;                  /* CH_FATE_* or CH_NOTE_MAJOR_CLEAN */
 	__u8 pad2[3];
 };
@@ -223,6 +224,8 @@ struct ch_sample_event {
 	__u64 sample_id;            /* census: this sampled block's id (fate events name it), 0 if not followed */
 	__u32 minor_gcs;            /* Caml_state->stat_minor_collections at the allocation */
 	__u32 major_gcs;            /* Caml_state->stat_major_collections at the allocation */
+	__u32 clean_phases;         /* census: ch_proc.clean_phases at the allocation (its major cycle) */
+	__u32 pad0;
 	__u32 tgid;
 	__u32 tid;
 	__u32 nsamples;             /* samples in this block (memprof's n_samples) */

@@ -79,10 +79,29 @@ class Report:
             if m and cur is None and not line.startswith("#"):
                 self.header[m.group(1)] = m.group(2)
                 continue
+            m = re.match(r"^#(\d+)\s+(\w+)\s+live (.+?)\s+\[95% CI (.+?) \.\. (.+?)\]\s+(\d+) samples? in (\d+) blocks?", line)
+            if m:  # a census site
+                cur = {"kind": m.group(2), "samples": int(m.group(6)), "live": int(m.group(6)),
+                       "live_blocks": int(m.group(7)), "frames": [], "end": None}
+                self.sites.append(cur)
+                continue
             m = re.match(r"^#(\d+)\s+(\w+)\s+(.+?)\s+\[95% CI (.+?) \.\. (.+?)\]\s+(\d+) samples?", line)
             if m:
                 cur = {"kind": m.group(2), "samples": int(m.group(6)), "frames": [], "end": None}
                 self.sites.append(cur)
+                continue
+            m = re.match(r"^    live at end .+?\] (\d+) samples? in (\d+) blocks?; peak live", line)
+            if m and cur is not None:
+                cur["live"], cur["live_blocks"] = int(m.group(1)), int(m.group(2))
+                continue
+            m = re.match(r"^    age: median ([\d.-]+) major GCs(?:; leak score (.+?)/cycle \(live blocks born in "
+                         r"(\d+) of (\d+) judged major cycles\)(  LEAK SUSPECT)?)?", line)
+            if m and cur is not None:
+                cur["median_age"] = float(m.group(1))
+                cur["score"] = m.group(2)
+                cur["retaining"] = int(m.group(3)) if m.group(3) else None
+                cur["cycles"] = int(m.group(4)) if m.group(4) else None
+                cur["suspect"] = bool(m.group(5))
                 continue
             if cur is not None and line.startswith("      "):
                 fr = line.strip()
@@ -149,6 +168,31 @@ class Report:
             if own and own[0]["line"] in lines:
                 n += s["samples"]
         return n
+
+    def census(self):
+        """Counts from the 'census' line: followed, minor_born, promoted, dead_minor, dead_major,
+        minor_gcs, major_gcs, clean_phases."""
+        m = re.match(r"^(\d+) sampled blocks? followed \((\d+) born in the minor heap\): (\d+) promoted, "
+                     r"(\d+) died in the minor heap, (\d+) in the major heap; (\d+) minor and (\d+) major "
+                     r"collections seen \((\d+) reached their clean phase\)", self.header.get("census", ""))
+        if not m:
+            return None
+        return dict(zip(("followed", "minor_born", "promoted", "dead_minor", "dead_major", "minor_gcs",
+                         "major_gcs", "clean_phases"), map(int, m.groups())))
+
+    def live_blocks_total(self):
+        m = re.search(r"in (\d+) sampled blocks?;", self.header.get("live", ""))
+        return int(m.group(1)) if m else None
+
+    def suspects(self):
+        """The leak-suspect list: [(function, line, suspect flag)] best first."""
+        out = []
+        for line in self.lines:
+            m = re.match(r"^  \d+\. \S+ \S+/cycle  \w+  (\S+) \(.*?:(\d+)\)  retained in \d+/\d+ cycles(  LEAK SUSPECT)?$",
+                         line)
+            if m:
+                out.append((m.group(1), int(m.group(2)), bool(m.group(3))))
+        return out
 
     def minor(self):
         """{samples, traps, cycles, missed, untracked} from the 'minor' line."""

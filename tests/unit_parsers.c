@@ -390,6 +390,22 @@ static void test_minor_plan(const struct elf_image *img, const char *what)
 		      "to_do_hd: code gives %#lx, plan %#lx, .symtab %#lx", (unsigned long)found,
 		      (unsigned long)rt.final_todo_sym, td ? (unsigned long)td->vaddr : 0UL);
 	}
+	/* census: each probe on an emulated instruction the function always
+	 * reaches (only plain data instructions before it) */
+	check(rt.census_ok, name, "census probes: %s", rt.census_why);
+	for (int i = OCAML_PROBE_MINOR_UPDATE; rt.census_ok && i <= OCAML_PROBE_COMPACTION; i++) {
+		const struct ocaml_probe_point *pp = &rt.probes[i];
+		const struct elf_symbol *fn = elf_image_symbol(img, pp->symbol);
+		const uint8_t *code = fn ? elf_image_data(img, fn->vaddr, pp->skipped + 16) : NULL;
+		unsigned off = 0, len;
+
+		while (code && off < pp->skipped && (len = ocaml_runtime_plain_insn_len(code + off, 96)) > 0)
+			off += len;
+		check(pp->present && pp->emulated && code && off == pp->skipped && fn->vaddr + off == pp->vaddr, name,
+		      "%s+%#x: not reached through plain instructions (present %d, emulated %d)", pp->symbol,
+		      pp->skipped, pp->present, pp->emulated);
+		printf("     %s census probe at %s+%#x\n", what, pp->symbol, pp->skipped);
+	}
 	check(rt.probes[OCAML_PROBE_DISPATCH_RET].retprobe && rt.probes[OCAML_PROBE_DISPATCH_RET].vaddr == disp->vaddr &&
 		      rt.probes[OCAML_PROBE_DISPATCH].emulated && rt.probes[OCAML_PROBE_DISPATCH].present,
 	      name, "dispatch entry/return probes misplanned");

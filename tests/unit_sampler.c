@@ -161,6 +161,94 @@ static void test_outfile(void)
 	rmdir(dir);
 }
 
+static struct ch_fate_event fate(uint8_t kind, uint64_t id, uint32_t minor, uint32_t major, uint64_t ns)
+{
+	struct ch_fate_event f;
+
+	memset(&f, 0, sizeof(f));
+	f.kind = kind;
+	f.sample_id = id;
+	f.minor_gcs = minor;
+	f.major_gcs = major;
+	f.time_ns = ns;
+	return f;
+}
+
+/* Census accounting: births, promotion, deaths, relocation; a fate for an
+ * unknown block (its allocation event lost) is counted, never subtracted;
+ * a second death of the same block changes nothing; the leak analysis
+ * judges only intervals in which anything was sampled. */
+static void test_census_accounting(void)
+{
+	struct profile *p = profile_new(1e-3);
+	struct ch_sample_event *ev = calloc(1, sizeof(*ev));
+	struct ch_fate_event f;
+	const struct profile_site **sites;
+	size_t n;
+
+	ev->stack_id = 1;
+	ev->kind = CH_KIND_MINOR;
+	ev->nsamples = 1;
+	ev->in_minor_heap = 1;
+	/* ids 1..3 young at t=1 s */
+	for (uint64_t id = 1; id <= 3; id++) {
+		ev->sample_id = id;
+		ev->time_ns = 1000000000ULL;
+		ev->minor_gcs = 10;
+		profile_add_event(p, ev, CH_EVENT_HEADER_BYTES);
+	}
+	f = fate(CH_FATE_DEAD_MINOR, 9, 11, 0, 0); /* never born: orphan */
+	profile_add_fate(p, &f, sizeof(f));
+	f = fate(CH_FATE_PROMOTE, 1, 11, 0, 2000000000ULL);
+	profile_add_fate(p, &f, sizeof(f));
+	f = fate(CH_FATE_DEAD_MINOR, 2, 11, 0, 2000000000ULL);
+	profile_add_fate(p, &f, sizeof(f));
+	profile_add_fate(p, &f, sizeof(f)); /* again: now an orphan, nothing subtracted */
+	f = fate(CH_FATE_RELOCATED, 3, 11, 0, 0); /* young: a compaction does not move it */
+	profile_add_fate(p, &f, sizeof(f));
+	n = profile_sites_sorted(p, &sites);
+	check(n == 1 && p->followed_blocks == 3 && p->followed_minor_blocks == 3 && p->promoted_blocks == 1 &&
+		      p->dead_minor_blocks == 1 && p->orphan_fates == 2 && p->live_samples == 2 &&
+		      sites[0]->live_samples == 2 && sites[0]->peak_live_samples == 3 && p->relocated_blocks == 0 &&
+		      sites[0]->dead_lifetime_s == 1.0 && sites[0]->dead_minor_gcs == 1,
+	      "census_accounting", "followed %llu promoted %llu dead %llu orphans %llu live %llu",
+	      (unsigned long long)p->followed_blocks, (unsigned long long)p->promoted_blocks,
+	      (unsigned long long)p->dead_minor_blocks, (unsigned long long)p->orphan_fates,
+	      (unsigned long long)p->live_samples);
+	free(sites);
+	f = fate(CH_FATE_RELOCATED, 1, 12, 1, 0);
+	profile_add_fate(p, &f, sizeof(f));
+	f = fate(CH_FATE_DEAD_MAJOR, 1, 12, 1, 0); /* not followed any more in the kernel: ignored */
+	profile_add_fate(p, &f, sizeof(f));
+	check(p->relocated_blocks == 1 && p->live_samples == 2 && p->dead_major_blocks == 0, "census_relocated_stays_live",
+	      "relocated %llu live %llu", (unsigned long long)p->relocated_blocks, (unsigned long long)p->live_samples);
+	/* leak analysis: 4 clean phases; a block born in each of intervals
+	 * 0..2 stays alive (interval 3 is not judged yet) */
+	for (int c = 0; c < 4; c++) {
+		ev->sample_id = 100 + c;
+		ev->stack_id = 2;
+		ev->clean_phases = (uint32_t)c;
+		profile_add_event(p, ev, CH_EVENT_HEADER_BYTES);
+		f = fate(CH_NOTE_MAJOR_CLEAN, 0, 20 + c, 1 + c, 0);
+		f.clean_phases = (uint32_t)c + 1;
+		if (c != 1) /* the second note is lost (ring full): the third shows the gap */
+			profile_add_fate(p, &f, sizeof(f));
+	}
+	profile_census_compute(p);
+	n = profile_sites_sorted(p, &sites);
+	{
+		const struct profile_site *leak = sites[0]->stack_id == 2 ? sites[0] : sites[1];
+
+		check(n == 2 && p->clean_phases == 4 && p->lost_clean_notes == 1 && leak->leak_cycles == 3 && leak->leak_retaining == 3 &&
+			      leak->leak_retained_samples == 3 && leak->leak_score > 0 && profile_site_live_grows(leak),
+		      "census_leak_score", "cycles %u retaining %u retained %llu score %g", leak->leak_cycles,
+		      leak->leak_retaining, (unsigned long long)leak->leak_retained_samples, leak->leak_score);
+	}
+	free(sites);
+	free(ev);
+	profile_free(p);
+}
+
 static void test_insn_classes(void)
 {
 	static const uint8_t push_rbp[] = { 0x55 }, push_r15[] = { 0x41, 0x57 }, mov_rdi_rax[] = { 0x48, 0x89, 0xf8 },
@@ -173,6 +261,30 @@ static void test_insn_classes(void)
 	check(ocaml_runtime_skippable_insn(mov_rdi_rax, 3) == 3 && ocaml_runtime_skippable_insn(mov_rax_rdi, 3) == 0 &&
 		      ocaml_runtime_skippable_insn(sub_rsp, 4) == 4,
 	      "insn_skippable_keeps_arguments", "");
+	{
+		/* the prologue of 4.13.1's caml_memprof_minor_update, then its jb */
+		static const uint8_t code[] = {
+			0x48, 0x83, 0xec, 0x28,                               /* sub $0x28,%rsp */
+			0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0,          /* mov %fs:0x28,%rax */
+			0x48, 0x89, 0x44, 0x24, 0x18,                         /* mov %rax,0x18(%rsp) */
+			0x48, 0x8b, 0x05, 0x87, 0x33, 0x44, 0x00,             /* mov rel(%rip),%rax */
+			0x48, 0x3b, 0x05, 0xa0, 0x78, 0x44, 0x00,             /* cmp rel(%rip),%rax */
+			0x72, 0x4e,                                           /* jb */
+		};
+		static const uint8_t movq_imm[] = { 0x48, 0xc7, 0x44, 0x24, 0x08, 0, 0, 0, 0 }, ret[] = { 0xc3 },
+				     call_ind[] = { 0xff, 0xd0 };
+		unsigned off = 0, steps = 0, len;
+
+		while ((len = ocaml_runtime_plain_insn_len(code + off, sizeof(code) - off)) > 0) {
+			off += len;
+			steps++;
+		}
+		check(off == 32 && steps == 5 && ocaml_runtime_insn_emulated(code + off, sizeof(code) - off) &&
+			      ocaml_runtime_plain_insn_len(movq_imm, sizeof(movq_imm)) == 9 &&
+			      ocaml_runtime_plain_insn_len(ret, 1) == 0 && ocaml_runtime_plain_insn_len(call_ind, 2) == 0 &&
+			      ocaml_runtime_plain_insn_len(code, 3) == 0,
+		      "insn_plain_lengths", "stopped at %u after %u instructions", off, steps);
+	}
 }
 
 int main(void)
@@ -184,5 +296,6 @@ int main(void)
 	test_profile();
 	test_outfile();
 	test_insn_classes();
+	test_census_accounting();
 	return failures ? 1 : 0;
 }

@@ -2,11 +2,18 @@
 #include "profile.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <glib.h>
+
+/* sampler.c tells the two record types apart by size and by `kind`, read
+ * at the same offset in both */
+_Static_assert(offsetof(struct ch_fate_event, kind) == offsetof(struct ch_sample_event, kind),
+	       "kind must sit at the same offset in fate and sample records");
+_Static_assert(sizeof(struct ch_fate_event) < CH_EVENT_HEADER_BYTES, "a fate record is shorter than a sample");
 
 struct site_key {
 	uint64_t stack_id;
@@ -150,7 +157,7 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 			b->nsamples = ev->nsamples;
 			b->birth_minor_gcs = ev->minor_gcs;
 			b->birth_major_gcs = ev->major_gcs;
-			b->birth_cycle = p->clean_phases;
+			b->birth_cycle = ev->clean_phases;
 			b->state = ev->in_minor_heap ? PROFILE_BLOCK_YOUNG : PROFILE_BLOCK_MAJOR;
 			g_hash_table_insert(p->blocks, k, b);
 			site->followed_blocks++;
@@ -160,9 +167,9 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 			{
 				GArray *ib = p->interval_births;
 
-				if (ib->len <= p->clean_phases)
-					g_array_set_size(ib, p->clean_phases + 1);
-				g_array_index(ib, uint64_t, p->clean_phases)++;
+				if (ib->len <= ev->clean_phases)
+					g_array_set_size(ib, ev->clean_phases + 1);
+				g_array_index(ib, uint64_t, ev->clean_phases)++;
 			}
 			site->live_samples += ev->nsamples;
 			if (site->live_samples > site->peak_live_samples)
@@ -208,6 +215,28 @@ static void block_dies(struct profile *p, uint64_t id, struct profile_block *b, 
 	g_hash_table_remove(p->blocks, &id);
 }
 
+static void clean_snapshot(struct profile *p)
+{
+	GHashTableIter it;
+	gpointer k, v;
+
+	p->clean_phases++;
+	g_hash_table_iter_init(&it, p->sites);
+	while (g_hash_table_iter_next(&it, &k, &v)) {
+		struct profile_site *s = v;
+		uint64_t zero = 0;
+
+		if (!s->followed_blocks)
+			continue;
+		if (!s->cycle_live)
+			s->cycle_live = g_array_new(FALSE, TRUE, sizeof(uint64_t));
+		/* a site first seen after some clean phases: zeros before */
+		while (((GArray *)s->cycle_live)->len + 1 < p->clean_phases)
+			g_array_append_val((GArray *)s->cycle_live, zero);
+		g_array_append_val((GArray *)s->cycle_live, s->live_samples);
+	}
+}
+
 int profile_add_fate(struct profile *p, const struct ch_fate_event *f, size_t size)
 {
 	struct profile_block *b;
@@ -220,27 +249,14 @@ int profile_add_fate(struct profile *p, const struct ch_fate_event *f, size_t si
 	if (f->major_gcs > p->cur_major_gcs)
 		p->cur_major_gcs = f->major_gcs;
 	if (f->kind == CH_NOTE_MAJOR_CLEAN) {
-		GHashTableIter it;
-		gpointer k, v;
-
-		p->clean_phases++;
-		p->last_clean_ns = f->time_ns;
-		g_hash_table_iter_init(&it, p->sites);
-		while (g_hash_table_iter_next(&it, &k, &v)) {
-			struct profile_site *s = v;
-
-			if (!s->followed_blocks)
-				continue;
-			if (!s->cycle_live)
-				s->cycle_live = g_array_new(FALSE, TRUE, sizeof(uint64_t));
-			/* a site first seen after some clean phases: zeros before */
-			while (((GArray *)s->cycle_live)->len + 1 < p->clean_phases) {
-				uint64_t zero = 0;
-
-				g_array_append_val((GArray *)s->cycle_live, zero);
-			}
-			g_array_append_val((GArray *)s->cycle_live, s->live_samples);
+		/* notes are numbered: a lost one (ring full) shows as a gap,
+		 * whose snapshots repeat the state known now */
+		while (p->clean_phases < f->clean_phases) {
+			if (p->clean_phases + 1 < f->clean_phases)
+				p->lost_clean_notes++;
+			clean_snapshot(p);
 		}
+		p->last_clean_ns = f->time_ns;
 		return 0;
 	}
 	b = g_hash_table_lookup(p->blocks, &id);

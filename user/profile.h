@@ -82,7 +82,8 @@ struct profile {
 	void *interval_births;  /* GArray of uint64: sampled blocks born between clean phases j and j+1 */
 	uint64_t relocated_blocks, unfollowed_blocks, unknown_fate_blocks;
 	uint64_t orphan_fates; /* fate events for an id never seen (counted, never subtracted) */
-	uint32_t clean_phases; /* CH_NOTE_MAJOR_CLEAN seen */
+	uint32_t clean_phases; /* major clean phases seen (from the numbered CH_NOTE_MAJOR_CLEAN) */
+	uint32_t lost_clean_notes; /* notes lost (ring full), their snapshots repeated */
 	uint32_t cur_minor_gcs, cur_major_gcs; /* latest counters seen in any event */
 	uint64_t last_clean_ns;
 };

@@ -467,6 +467,15 @@ int record_run(const struct record_opts *o)
 				      .census = !o->no_census,
 				      .max_tracked = o->max_tracked ? o->max_tracked : RECORD_DEFAULT_MAX_TRACKED };
 	struct report_meta meta = { .top = o->top, .max_frames = o->max_frames, .live = o->live };
+	const char *rb_env = getenv("CAMLHEAP_RINGBUF_BYTES");
+
+	/* a test knob: a small ring makes the overflow paths run */
+	if (rb_env) {
+		unsigned long v = strtoul(rb_env, NULL, 0);
+
+		if (v >= 4096 && v <= (1ul << 30) && !(v & (v - 1)))
+			cfg.ringbuf_bytes = v;
+	}
 	struct sampler *smp = NULL;
 	struct ptexec *px = NULL;
 	enum ch_executor ex = CH_EXEC_OBSERVE;
@@ -656,6 +665,7 @@ int record_run(const struct record_opts *o)
 			fprintf(stderr, "camlheap: detached in %.3f s\n", now_s() - t_detach);
 	}
 	sampler_consume(smp);
+	meta.fates_drained = (uint64_t)sampler_drain_fates(smp);
 	sampler_counters(smp, meta.counters);
 	for (size_t i = 0; i < t.mods.n; i++)
 		meta.plugins += !t.mods.v[i].is_exe && t.mods.v[i].ft;

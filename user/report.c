@@ -327,6 +327,11 @@ static void census_header(FILE *out, const struct profile *p, const struct repor
 		p->followed_blocks, plural(p->followed_blocks), p->followed_minor_blocks, p->promoted_blocks, p->dead_minor_blocks,
 		p->dead_major_blocks, c[CH_CNT_MINOR_UPDATES], c[CH_CNT_CLEAN_PHASES], p->clean_phases,
 		(double)c[CH_CNT_CENSUS_NS] / 1e6);
+	if (c[CH_CNT_FATES_DEFERRED] || m->fates_drained)
+		fprintf(out,
+			"note        %" PRIu64 " fate event%s found the ring buffer full: sent at a later collection, "
+			"and %" PRIu64 " read from the kernel's tracking set at the end (nothing lost)\n",
+			c[CH_CNT_FATES_DEFERRED], plural(c[CH_CNT_FATES_DEFERRED]), m->fates_drained);
 	profile_poisson_ci95(p->live_samples, &lo, &hi);
 	fprintf(out,
 		"live        at the end: estimated %s [95%% CI %s .. %s] in %u sampled block%s; peak %s at %.2f s\n",

@@ -47,6 +47,7 @@ struct report_meta {
 	bool census_on;                /* sampled blocks were followed to their death */
 	const char *census_off_why;    /* if not, why */
 	bool live;                     /* record --live: per-site live and peak figures */
+	uint64_t fates_drained;        /* fate events read from the kernel's arrays at the end (ring was full) */
 };
 
 /* Write the text report: the first line names the executor and says which

@@ -31,6 +31,9 @@ struct sampler {
 	enum ch_executor executor;
 	bool minor_from_memprof;
 	bool census;
+	struct ch_proc last_proc; /* the process's state when sampling stopped */
+	bool last_proc_valid;
+	pid_t last_pid;
 	int holder_fd;          /* write end of the holder's pipe, or -1 */
 };
 
@@ -326,8 +329,59 @@ int sampler_add_runtime_frames(struct sampler *s, const struct frametable *ft, u
 int sampler_stop_sampling(struct sampler *s, pid_t pid)
 {
 	__u32 key = (__u32)pid;
+	int fd = bpf_map__fd(s->skel->maps.procs);
 
-	return bpf_map_delete_elem(bpf_map__fd(s->skel->maps.procs), &key) < 0 && errno != ENOENT ? -errno : 0;
+	/* its last state (the tracking arrays' fill) for sampler_drain_fates */
+	if (bpf_map_lookup_and_delete_elem(fd, &key, &s->last_proc) == 0) {
+		s->last_proc_valid = true;
+		s->last_pid = pid;
+		return 0;
+	}
+	return bpf_map_delete_elem(fd, &key) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+int sampler_drain_fates(struct sampler *s)
+{
+	int fd = bpf_map__fd(s->skel->maps.major_tracked), n = 0;
+
+	if (!s->last_proc_valid)
+		return 0;
+	for (__u32 i = 0; i < s->last_proc.major_n; i++) {
+		struct ch_tracked e;
+		struct ch_fate_event f;
+
+		if (bpf_map_lookup_elem(fd, &i, &e) < 0 || e.tgid != (__u32)s->last_pid)
+			continue;
+		memset(&f, 0, sizeof(f));
+		f.sample_id = e.sample_id;
+		f.time_ns = e.fate_ns;
+		f.block_addr = e.addr;
+		f.minor_gcs = e.minor_gcs;
+		f.major_gcs = e.major_gcs;
+		f.tgid = e.tgid;
+		if (e.state & CH_TRK_PEND_PROMOTE) {
+			f.kind = CH_FATE_PROMOTE;
+			s->fn(s->ctx, (const struct ch_sample_event *)&f, sizeof(f));
+			n++;
+		}
+		if (e.state & CH_TRK_PEND_FATE) {
+			f.kind = (__u8)(e.state >> CH_TRK_FATE_SHIFT);
+			s->fn(s->ctx, (const struct ch_sample_event *)&f, sizeof(f));
+			n++;
+		}
+	}
+	{
+		/* the last clean-phase note may have been lost too */
+		struct ch_fate_event f;
+
+		memset(&f, 0, sizeof(f));
+		f.kind = CH_NOTE_MAJOR_CLEAN;
+		f.tgid = (__u32)s->last_pid;
+		f.clean_phases = s->last_proc.clean_phases;
+		s->fn(s->ctx, (const struct ch_sample_event *)&f, sizeof(f));
+	}
+	s->last_proc_valid = false;
+	return n;
 }
 
 /* Close every descriptor of this process whose /proc/self/fd link does

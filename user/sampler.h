@@ -75,6 +75,12 @@ int sampler_add_runtime_frames(struct sampler *s, const struct frametable *ft, u
  * link.  Returns 0 or -errno. */
 int sampler_stop_sampling(struct sampler *s, pid_t pid);
 
+/* After sampler_stop_sampling and sampler_consume: hand the callback the
+ * fate events the kernel still held because the ring buffer was full when
+ * they happened (promotions and deaths kept in the major tracking array),
+ * in the order they would have been sent.  Returns how many. */
+int sampler_drain_fates(struct sampler *s);
+
 /* Give the uprobe links to a holder process and drop camlheap's own
  * handles: the holder (camlheap's grandchild, reparented away) keeps the
  * probes attached until camlheap closes its end of a pipe or dies, then
