@@ -152,11 +152,20 @@ static __always_inline __u32 census_resend(struct ch_tracked *e)
 /* Record a final fate on an entry (sent now if the ring has room). */
 static __always_inline void census_set_fate(struct ch_tracked *e, struct census_pass *s, __u8 kind)
 {
-	e->state = (e->state & CH_TRK_PEND_PROMOTE) | CH_TRK_DEAD | CH_TRK_PEND_FATE |
-		   ((__u32)kind << CH_TRK_FATE_SHIFT);
+	bool promote_pending = e->state & CH_TRK_PEND_PROMOTE;
+
 	e->fate_ns = s->now_ns;
 	e->minor_gcs = s->minor_gcs;
 	e->major_gcs = s->major_gcs;
+	/* sent at once unless the ring is full or its promotion still waits
+	 * (which must go first) */
+	if (!promote_pending &&
+	    !emit_fate(kind, e->sample_id, e->addr, s->now_ns, s->minor_gcs, s->major_gcs, e->tgid, 0)) {
+		e->state = CH_TRK_DEAD;
+		return;
+	}
+	e->state = (e->state & CH_TRK_PEND_PROMOTE) | CH_TRK_DEAD | CH_TRK_PEND_FATE |
+		   ((__u32)kind << CH_TRK_FATE_SHIFT);
 	census_resend(e);
 }
 
@@ -342,10 +351,11 @@ int on_minor_update(struct pt_regs *ctx)
 		census_major_pass(p, s, CENSUS_RESEND);
 	s->young_n = p->young_n;
 	if (s->young_n) {
+		count(CH_CNT_YOUNG_CHECKED, s->young_n);
 		bpf_loop(s->young_n, census_young_step, NULL, 0);
 		p->young_n = 0;
 	}
-	count(CH_CNT_CENSUS_NS, bpf_ktime_get_ns() - t0);
+	count(CH_CNT_CENSUS_MINOR_NS, bpf_ktime_get_ns() - t0);
 	return 0;
 }
 
@@ -364,6 +374,7 @@ int on_clean_phase(struct pt_regs *ctx)
 	s = census_begin(p, &cs);
 	if (!s)
 		return 0;
+	count(CH_CNT_MAJOR_CHECKED, p->major_n);
 	census_major_pass(p, s, CENSUS_CLEAN);
 	/* numbered, so that a lost note is seen (user space fills the gap);
 	 * births after this carry the new number */
@@ -371,7 +382,7 @@ int on_clean_phase(struct pt_regs *ctx)
 	if (emit_fate_note(CH_NOTE_MAJOR_CLEAN, 0, 0, s->now_ns, s->minor_gcs, s->major_gcs, s->tgid, p->major_n,
 			   p->clean_phases))
 		count(CH_CNT_DROPPED, 1);
-	count(CH_CNT_CENSUS_NS, bpf_ktime_get_ns() - t0);
+	count(CH_CNT_CENSUS_MAJOR_NS, bpf_ktime_get_ns() - t0);
 	return 0;
 }
 

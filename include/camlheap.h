@@ -93,7 +93,10 @@ enum ch_counter {
 	CH_CNT_TRACK_FULL,         /* sampled blocks not followed: tracking set full (--max-tracked) */
 	CH_CNT_FATES_DEFERRED,     /* fate events that found the ring buffer full and were sent later */
 	CH_CNT_FATE_UNREADABLE,    /* tracked blocks whose header could not be read at a collection */
-	CH_CNT_CENSUS_NS,          /* time spent in the collection hooks, ns */
+	CH_CNT_CENSUS_MINOR_NS,    /* time spent in the minor-collection hook, ns */
+	CH_CNT_CENSUS_MAJOR_NS,    /* time spent in the clean-phase hook, ns */
+	CH_CNT_YOUNG_CHECKED,      /* young entries examined at minor collections */
+	CH_CNT_MAJOR_CHECKED,      /* major entries examined at clean phases */
 	CH_CNT__COUNT
 };
 

@@ -20,8 +20,9 @@ site, ~88 M minor words), bench_major (direct major allocations), and
 Debian's ocamlopt.opt compiling a generated module (tests/gen_module.py).
 Runs are interleaved (every configuration once, then again ...) so that
 drift in the machine's speed hits every configuration alike; medians of
-REPEAT runs.  Environment: REPEAT (default 5), ITEMS (generated module
-size, default 1000).
+REPEAT runs.  Then the census's own cost (bench_census).  Environment:
+REPEAT (default 5), ITEMS (generated module size, default 1000),
+BENCH_ONLY=census (only that part).
 """
 import os
 import re
@@ -132,12 +133,66 @@ def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False):
     print("  (plain runs spread %.1f %% of the median: ratios closer to 1 than that are noise)" % (100 * spread))
 
 
+def census_numbers(report):
+    text = open(report).read()
+    h = re.search(r"^gc hooks\s+minor collections: ([\d.]+) ms for (\d+) young entries checked; clean phases: "
+                  r"([\d.]+) ms for (\d+) major entries checked", text, re.M)
+    c = re.search(r"^census\s+.*?(\d+) minor and (\d+) major collections seen", text, re.M)
+    live = re.search(r"^live\s+.* in (\d+) sampled blocks?;", text, re.M)
+    rss = re.search(r"peak RSS ([\d.]+) MiB", text)
+    dur = re.search(r"^duration\s+([\d.]+) s", text, re.M)
+    out = {"rss": float(rss.group(1)), "target": float(dur.group(1))}
+    if h and c and live:
+        out.update({"minor_ms": float(h.group(1)), "young": int(h.group(2)), "major_ms": float(h.group(3)),
+                    "major_checked": int(h.group(4)), "minors": int(c.group(1)), "cleans": int(c.group(2)),
+                    "live": int(live.group(1))})
+    return out
+
+
+def bench_census():
+    """The census's cost: BPF time in the collection hooks, per hook and per
+    entry, with ~1 k and ~100 k sampled blocks followed in the major heap
+    (the leak fixture's keep=K live set at lambda = 1e-2: K * 5 words *
+    1e-2 samples), the target's time with the census against --no-census
+    (same executor, same rate, interleaved), and camlheap's memory per
+    followed block (peak RSS, census on minus off, over the live blocks)."""
+    rate = "1e-2"
+    d = tempfile.mkdtemp(prefix="camlheap-bench-census-")
+    rep = os.path.join(d, "r.txt")
+    print("\ncensus (leak fixture, 4 rounds, ptrace executor, rate %s; median of %d, interleaved)" % (rate, REPEAT))
+    print("  %-22s %8s %8s %9s %12s %12s %11s %11s %12s" % (
+        "followed (major set)", "off s", "on s", "ratio", "minor hook", "clean hook", "ns/young", "ns/major",
+        "RSS/block"))
+    for keep in (20000, 2000000):
+        cmd = [chtest.fixture("leak"), "keep=%d" % keep, "n=4"]
+        off, on = [], []
+        for _ in range(REPEAT):
+            for census, acc in ((False, off), (True, on)):
+                argv = [chtest.CAMLHEAP, "record", "--rate", rate, "--executor", "ptrace", "-o", rep]
+                argv += [] if census else ["--no-census"]
+                timed(argv + ["--"] + cmd)
+                acc.append(census_numbers(rep))
+        med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
+        tracked = med(on, "major_checked") / max(1, med(on, "cleans"))
+        per_block = (med(on, "rss") - med(off, "rss")) * 1048576 / max(1, med(on, "live"))
+        print("  %-22s %8.3f %8.3f %9.3f %9.3f ms %9.3f ms %11.0f %11.0f %10.0f B" % (
+            "~%.0f" % tracked, med(off, "target"), med(on, "target"), med(on, "target") / med(off, "target"),
+            med(on, "minor_ms") / max(1, med(on, "minors")), med(on, "major_ms") / max(1, med(on, "cleans")),
+            med(on, "minor_ms") * 1e6 / max(1, med(on, "young")),
+            med(on, "major_ms") * 1e6 / max(1, med(on, "major_checked")), per_block))
+    print("  (minor hook / clean hook: BPF time per minor collection / per clean phase; ns/young, ns/major: per "
+          "entry checked; RSS/block: camlheap's peak RSS with the census minus without, per live block)")
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
     kernel = kernel_executor_available()
     print("kernel executor: %s" % ("available" if kernel else
                                    "not available on this kernel (lockdown refuses bpf_probe_write_user)"))
+    if os.environ.get("BENCH_ONLY") == "census":
+        bench_census()
+        return
     bench("alloc_minor fixture (minor allocations: 3:1 OCaml sites + a C site)",
           [chtest.fixture("alloc_minor"), "ratio", "c", "n=4000000"],
           memprof_arg=lambda r: ["memprof=" + r, "null"], kernel=kernel)
@@ -155,6 +210,7 @@ def main():
                 pass
     bench("ocamlopt.opt -g -c big.ml (Debian 4.13.1, generated module; no in-process memprof possible)",
           ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d, before=clean, kernel=kernel)
+    bench_census()
 
 
 if __name__ == "__main__":

@@ -323,10 +323,14 @@ static void census_header(FILE *out, const struct profile *p, const struct repor
 	fprintf(out,
 		"census      %" PRIu64 " sampled block%s followed (%" PRIu64 " born in the minor heap): %" PRIu64 " promoted, %" PRIu64
 		" died in the minor heap, %" PRIu64 " in the major heap; %" PRIu64 " minor and %" PRIu64
-		" major collections seen (%u reached their clean phase), %.2f ms in the collection hooks\n",
+		" major collections seen (%u reached their clean phase)\n",
 		p->followed_blocks, plural(p->followed_blocks), p->followed_minor_blocks, p->promoted_blocks, p->dead_minor_blocks,
-		p->dead_major_blocks, c[CH_CNT_MINOR_UPDATES], c[CH_CNT_CLEAN_PHASES], p->clean_phases,
-		(double)c[CH_CNT_CENSUS_NS] / 1e6);
+		p->dead_major_blocks, c[CH_CNT_MINOR_UPDATES], c[CH_CNT_CLEAN_PHASES], p->clean_phases);
+	fprintf(out,
+		"gc hooks    minor collections: %.3f ms for %" PRIu64 " young entries checked; clean phases: %.3f ms "
+		"for %" PRIu64 " major entries checked (BPF time in the target)\n",
+		(double)c[CH_CNT_CENSUS_MINOR_NS] / 1e6, c[CH_CNT_YOUNG_CHECKED], (double)c[CH_CNT_CENSUS_MAJOR_NS] / 1e6,
+		c[CH_CNT_MAJOR_CHECKED]);
 	if (c[CH_CNT_FATES_DEFERRED] || m->fates_drained)
 		fprintf(out,
 			"note        %" PRIu64 " fate event%s found the ring buffer full: sent at a later collection, "
@@ -540,9 +544,17 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 	fprintf(out, "rate        %g samples/word (one sample per %.0f words on average); executor %s\n", p->rate,
 		1.0 / p->rate, m->executor);
 	fprintf(out, "duration    %.2f s (attach took %.3f s); %s\n", m->duration_s, m->attach_s, m->end_reason);
+	fprintf(out, "samples     %" PRIu64 " in %" PRIu64 " sampled blocks; dropped events %" PRIu64 " (%" PRIu64
+		     " samples)\n",
+		p->samples, p->events, m->counters[CH_CNT_DROPPED], m->counters[CH_CNT_DROPPED_SAMPLES]);
 	if (m->minor_off_why)
 		fprintf(out, "warning     minor-heap allocations are not sampled (%s): the census misses them\n",
 			m->minor_off_why);
+	if (m->counters[CH_CNT_DROPPED_SAMPLES])
+		fprintf(out,
+			"warning     %" PRIu64 " samples were dropped (ring buffer full): their blocks are not in the "
+			"census; use a lower --rate\n",
+			m->counters[CH_CNT_DROPPED_SAMPLES]);
 	census_header(out, p, m);
 	fprintf(out, "\nLive sites by estimated live bytes (of %zu site%s; top %d):\n", ngroups, plural(ngroups),
 		m->top);
@@ -591,8 +603,9 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 		struct site_group *by_score = calloc(ngroups ? ngroups : 1, sizeof(*by_score));
 		size_t k = 0;
 
+		/* one cycle's survivors say nothing about a trend */
 		for (size_t i = 0; by_score && i < ngroups; i++)
-			if (groups[i].score > 0)
+			if (groups[i].score > 0 && groups[i].retaining >= 2)
 				by_score[k++] = groups[i];
 		if (by_score)
 			qsort(by_score, k, sizeof(*by_score), group_cmp_score);
@@ -602,7 +615,7 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 			"times the fraction of those cycles that left some; a LEAK SUSPECT retains in at least "
 			"two thirds of them and its live estimate grows across cycles):\n");
 		if (!k)
-			fprintf(out, "  none: no site keeps blocks born in the judged cycles alive\n");
+			fprintf(out, "  none: no site keeps blocks born in two or more of the judged cycles alive\n");
 		for (size_t i = 0; i < k && i < 10; i++) {
 			const struct site_group *g = &by_score[i];
 			struct sym_frame fr[MAX_INLINE];

@@ -44,6 +44,7 @@ run sites_1e4 $CH record --executor kernel --rate 1e-4 --top 100000 -o /tmp/r.tx
 run sites_1e5 $CH record --executor kernel --rate 1e-5 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=10000000
 run rate_one $CH record --executor kernel --rate 1 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=3000 ratio c comb
 run memprof $CH record --executor kernel --rate 1e-4 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=4000000 memprof=1e-4
+run census $CH record --executor kernel --rate 1e-3 --live --top 100000 -o /tmp/r.txt -- $FX/leak
 run plain $FX/alloc_minor n=1000000 $DETERMINISTIC
 run profiled $CH record --executor kernel --rate 1e-4 -o /tmp/r.txt -- $FX/alloc_minor n=1000000 $DETERMINISTIC
 

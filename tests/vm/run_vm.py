@@ -141,6 +141,7 @@ def build_initramfs():
     c.add("/init", open(os.path.join(HERE, "init.sh"), "rb").read())
     c.add_file(chtest.CAMLHEAP, "/work/camlheap")
     c.add_file(chtest.fixture("alloc_minor"), "/work/fixtures/alloc_minor")
+    c.add_file(chtest.fixture("leak"), "/work/fixtures/leak")
     c.add_file("/usr/bin/ocamlopt.opt")
     c.add_file("/usr/bin/as")
     as_real = "/usr/bin/x86_64-linux-gnu-as"  # what ocamlopt.opt runs (Debian's Config.asm)
@@ -154,7 +155,8 @@ def build_initramfs():
         if f.endswith((".cmi", ".cmx")):
             c.add_file(os.path.join("/usr/lib/ocaml", f))
     libs = set()
-    for b in (chtest.CAMLHEAP, chtest.fixture("alloc_minor"), "/usr/bin/ocamlopt.opt", "/usr/bin/as"):
+    for b in (chtest.CAMLHEAP, chtest.fixture("alloc_minor"), chtest.fixture("leak"), "/usr/bin/ocamlopt.opt",
+              "/usr/bin/as"):
         libs |= libs_of(b)
     for lib in sorted(libs):
         c.add_file(lib)
@@ -292,6 +294,27 @@ def main():
             z = (n1 - n2) / math.sqrt(n1 + n2)
             assert abs(z) <= zcrit, "%s: camlheap %d vs Gc.Memprof %d (z = %.2f)" % (site, n1, n2, z)
 
+    def census():
+        # the census programs load and run on this kernel's verifier:
+        # live at end per site within the binomial bound of the truth
+        s = sec["census"]
+        assert s["rc"] == 0, s["err"]
+        rep = s["rep"]
+        c = rep.census()
+        assert c and c["clean_phases"] >= 6, rep.header.get("census")
+        truth = {}
+        for kind, site, w in re.findall(r"^TRUTH (live|alloc) Leak\.(\w+) (\d+)$", s["out"], re.M):
+            truth[(kind, site)] = int(w)
+        for site in ("leak", "leak_cell", "churn_promoted", "churn_major", "cache"):
+            lines = chtest.site_lines("Leak." + site)
+            live = 0
+            for st in rep.sites:
+                own = [f for f in st["frames"] if f["function"].startswith("Leak.")]
+                if own and own[0]["line"] in lines:
+                    live += st.get("live", 0)
+            chtest.check_binomial(live, truth[("live", site)], 1e-3, "VM live Leak.%s" % site)
+        assert c["followed"] == c["dead_minor"] + c["dead_major"] + rep.live_blocks_total(), c
+
     def identical():
         assert sec["plain"]["rc"] == sec["profiled"]["rc"] == 0
         assert sec["plain"]["out"] == sec["profiled"]["out"], "outputs differ"
@@ -315,6 +338,7 @@ def main():
         check("kernel_executor_exact_at_rate_one", rate_one)
         check("kernel_executor_agrees_with_in_process_memprof", memprof)
         check("kernel_executor_outputs_identical", identical)
+        check("kernel_executor_census_live_at_end", census)
         check("kernel_executor_kill9_never_harms_target", kill9)
         report_times(text, kvm)
     print("%d passed, %d failed" % (results.count(True), results.count(False)))
