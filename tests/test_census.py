@@ -136,6 +136,17 @@ def test_ring_buffer_overflow_loses_no_death():
     assert c["clean_phases"] >= 4, c
 
 
+def test_full_tracking_set_is_reported():
+    """--max-tracked 50: most promoted blocks find no room; they are
+    counted live, no longer followed, and the report says so."""
+    rc, out, rep, err = record_launch([fixture("leak"), "n=3"], RATE, extra=["--live", "--max-tracked", "50"])
+    assert rc == 0, err
+    c = rep.census()
+    m = re.search(r"(\d+) sampled blocks? could not be followed \(tracking set full\)", rep.text)
+    assert m and int(m.group(1)) > 0 and "--max-tracked" in rep.text, rep.header
+    assert c["followed"] == c["dead_minor"] + c["dead_major"] + rep.live_blocks_total(), c
+
+
 def test_compaction_marks_blocks_relocated():
     rc, out, rep, err = record_launch([fixture("leak"), "compact", "n=4"], RATE, extra=["--live"])
     assert rc == 0, err

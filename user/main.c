@@ -59,8 +59,8 @@ static const struct argp_option record_options[] = {
 	{ "value", OPT_VALUE, "WHAT", 0, "Collapsed output: alloc (default: bytes allocated) or live (bytes alive at the end)", 0 },
 	{ "no-census", OPT_NO_CENSUS, NULL, 0, "Do not follow sampled blocks to their death (no live figures)", 0 },
 	{ "max-tracked", OPT_MAX_TRACKED, "N", 0,
-	  "Sampled blocks followed in the major heap at once (default 1048576, 40 bytes of kernel memory "
-	  "each); beyond it blocks are counted live and no longer followed",
+	  "Sampled blocks followed in the major heap at once (default 262144; 40 bytes of kernel memory "
+	  "each, allocated up front); beyond it blocks are counted live and no longer followed",
 	  0 },
 	{ 0 }
 };
@@ -89,7 +89,7 @@ static const struct argp_option census_options[] = {
 	{ "top", 'n', "N", 0, "Sites shown (default 20)", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
 	{ "executor", OPT_EXECUTOR, "WHICH", 0, "As for record: auto, kernel, ptrace or observe", 0 },
-	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default 1048576)", 0 },
+	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default 262144)", 0 },
 	{ 0 }
 };
 
@@ -181,8 +181,8 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		o->no_census = true;
 		break;
 	case OPT_MAX_TRACKED:
-		if (parse_long(arg, &v) || v < 1 || v > (1L << 26))
-			argp_error(state, "invalid --max-tracked '%s' (1..67108864 blocks)", arg);
+		if (parse_long(arg, &v) || v < 1 || v > (1L << 24))
+			argp_error(state, "invalid --max-tracked '%s' (1..16777216 blocks)", arg);
 		o->max_tracked = (uint32_t)v;
 		break;
 	case OPT_WAIT_MAJOR:

@@ -153,7 +153,7 @@ uint32_t sampler_young_capacity(double rate)
 	 * in it (two words each at least) */
 	double mean = rate * 8388608.0, cap = mean + 10.0 * sqrt(mean) + 4096.0;
 
-	return cap > 4194304.0 ? 4194304u : (uint32_t)cap;
+	return cap > 1048576.0 ? 1048576u : (uint32_t)cap;
 }
 
 int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, sampler_event_fn fn, void *ctx,
@@ -189,7 +189,12 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	ret = alloc_bpf__load(s->skel);
 	if (ret) {
 		ret = ret < 0 ? ret : -errno;
-		if (ret == -EPERM)
+		if (ret == -ENOMEM)
+			snprintf(err, errlen,
+				 "not enough kernel memory for the BPF maps (%s); --max-tracked N takes 40 bytes "
+				 "a block: lower it",
+				 strerror(-ret));
+		else if (ret == -EPERM)
 			snprintf(err, errlen,
 				 "the kernel refused to load the BPF programs (%s): camlheap needs CAP_BPF "
 				 "and CAP_PERFMON (or root)",
