@@ -188,6 +188,7 @@ struct site_group {
 	uint64_t retained;               /* live samples born in judged cycles */
 	uint32_t retaining, cycles;      /* judged cycles with live births (max over sites), judged cycles */
 	double lifetime_s;               /* sum over dead blocks */
+	uint64_t dead_minor_gcs;         /* sum over dead blocks of the minor collections they lived through */
 	double median_age;               /* of the site with the most live samples */
 	uint64_t median_from;            /* its live samples */
 	bool grows;
@@ -230,6 +231,7 @@ static void group_add_census(struct site_group *g, const struct profile_site *s)
 	if (s->leak_cycles > g->cycles)
 		g->cycles = s->leak_cycles;
 	g->lifetime_s += s->dead_lifetime_s;
+	g->dead_minor_gcs += s->dead_minor_gcs;
 	if (s->live_samples > g->median_from || !g->median_from) {
 		g->median_from = s->live_samples;
 		g->median_age = s->median_major_age;
@@ -384,7 +386,8 @@ static void site_live_line(FILE *out, const struct profile *p, const struct site
 	if (g->kind == CH_KIND_MINOR)
 		fprintf(out, "; %" PRIu64 " of %" PRIu64 " sampled blocks promoted", g->promoted, g->followed);
 	if (dead)
-		fprintf(out, "; %" PRIu64 " died, mean lifetime %.3g s", dead, g->lifetime_s / (double)dead);
+		fprintf(out, "; %" PRIu64 " died, mean lifetime %.3g s, %.2f minor collections survived", dead,
+			g->lifetime_s / (double)dead, (double)g->dead_minor_gcs / (double)dead);
 	fprintf(out, "\n");
 }
 
