@@ -138,7 +138,7 @@ static __always_inline __u32 sample_words(struct ch_proc *p, __u64 len)
  * made-up frames. */
 static __always_inline int domain_state_plausible(__u64 caml_state, struct ch_sample_event *ev)
 {
-	__u64 f[8], gc[2];
+	__u64 f[8], gc[5]; /* stat_minor_collections .. stat_compactions */
 
 	if (bpf_probe_read_user(f, sizeof(f), (void *)caml_state) ||
 	    bpf_probe_read_user(gc, sizeof(gc), (void *)(caml_state + CH_OCAML4_STAT_MINOR_COLLECTIONS)))
@@ -148,6 +148,7 @@ static __always_inline int domain_state_plausible(__u64 caml_state, struct ch_sa
 	ev->in_minor_heap = ev->block_addr > f[CH_OCAML4_YOUNG_START / 8] && ev->block_addr < f[CH_OCAML4_YOUNG_END / 8];
 	ev->minor_gcs = (__u32)gc[0];
 	ev->major_gcs = (__u32)gc[1];
+	ev->compactions = (__u32)gc[(CH_OCAML4_STAT_COMPACTIONS - CH_OCAML4_STAT_MINOR_COLLECTIONS) / 8];
 	return f[CH_OCAML4_YOUNG_ALLOC_START / 8] <= f[CH_OCAML4_YOUNG_PTR / 8] &&
 	       f[CH_OCAML4_YOUNG_PTR / 8] <= f[CH_OCAML4_YOUNG_ALLOC_END / 8] &&
 	       f[CH_OCAML4_YOUNG_ALLOC_START / 8] < f[CH_OCAML4_YOUNG_ALLOC_END / 8];
@@ -177,7 +178,7 @@ static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, 
 	ev->alloc_idx = 0;
 	ev->nallocs = 1;
 	ev->sample_id = 0;
-	ev->minor_gcs = ev->major_gcs = 0;
+	ev->minor_gcs = ev->major_gcs = ev->compactions = 0;
 	ev->clean_phases = p->clean_phases;
 	ev->in_minor_heap = 0;
 

@@ -48,6 +48,8 @@ struct census_pass {
 	__u64 now_ns;
 	__u64 young_start, young_end;
 	__u32 minor_gcs, major_gcs;
+	__u32 compactions;
+	__u32 pad;
 	__u32 tgid;
 	__u32 cursor;       /* major pass: next entry */
 	__u32 n;            /* major pass: entries left in the array */
@@ -126,6 +128,8 @@ static __always_inline void census_track(struct ch_proc *p, struct ch_sample_eve
 	e->state = 0;
 	e->fate_ns = 0;
 	e->minor_gcs = e->major_gcs = 0;
+	e->birth_minor_gcs = ev->minor_gcs;
+	e->compactions = ev->compactions;
 }
 
 /* Send an entry's pending events, promotion first.  Returns the bits
@@ -193,7 +197,12 @@ static long census_major_step(__u32 i, void *unused)
 		} else if (s->mode == CENSUS_CLEAN) {
 			__u64 hd = 0;
 
-			if (bpf_probe_read_user(&hd, sizeof(hd), (void *)(e->addr - 8))) {
+			if (e->compactions != s->compactions) {
+				/* a compaction ran that no probe saw (while
+				 * attaching): the address means nothing now */
+				count(CH_CNT_FATE_STALE, 1);
+				census_set_fate(e, s, CH_FATE_RELOCATED);
+			} else if (bpf_probe_read_user(&hd, sizeof(hd), (void *)(e->addr - 8))) {
 				count(CH_CNT_FATE_UNREADABLE, 1);
 				census_set_fate(e, s, CH_FATE_UNKNOWN);
 			} else if (((hd >> 8) & 3) == 0) { /* Is_white_hd: colour bits 8-9 == 0 */
@@ -228,7 +237,7 @@ static __always_inline struct census_pass *census_begin(struct ch_proc *p, __u64
 {
 	__u32 zero = 0;
 	struct census_pass *s = bpf_map_lookup_elem(&census_state, &zero);
-	__u64 cs = 0, yr[2], gc[2];
+	__u64 cs = 0, yr[2], gc[5]; /* stat_minor_collections .. stat_compactions */
 
 	if (!s)
 		return NULL;
@@ -243,6 +252,7 @@ static __always_inline struct census_pass *census_begin(struct ch_proc *p, __u64
 	s->young_end = yr[1];
 	s->minor_gcs = (__u32)gc[0];
 	s->major_gcs = (__u32)gc[1];
+	s->compactions = (__u32)gc[(CH_OCAML4_STAT_COMPACTIONS - CH_OCAML4_STAT_MINOR_COLLECTIONS) / 8];
 	s->tgid = bpf_get_current_pid_tgid() >> 32;
 	s->cursor = 0;
 	s->pending = 0;
@@ -279,7 +289,12 @@ static long census_young_step(__u32 i, void *unused)
 		return 1;
 	if (e->tgid != s->tgid)
 		return 0;
-	if (e->addr <= s->young_start || e->addr >= s->young_end ||
+	if (e->birth_minor_gcs != s->minor_gcs) {
+		/* sampled before a minor collection no probe saw (while
+		 * attaching): its address may hold another block by now */
+		count(CH_CNT_FATE_STALE, 1);
+		fate = CH_FATE_UNKNOWN;
+	} else if (e->addr <= s->young_start || e->addr >= s->young_end ||
 	    bpf_probe_read_user(&hd, sizeof(hd), (void *)(e->addr - 8)) ||
 	    (hd == 0 && bpf_probe_read_user(&to, sizeof(to), (void *)e->addr))) {
 		count(CH_CNT_FATE_UNREADABLE, 1);
@@ -300,6 +315,8 @@ static long census_young_step(__u32 i, void *unused)
 			m->minor_gcs = s->minor_gcs;
 			m->major_gcs = s->major_gcs;
 			m->state = 0;
+			m->birth_minor_gcs = e->birth_minor_gcs;
+			m->compactions = s->compactions;
 			if (emit_fate(CH_FATE_PROMOTE, e->sample_id, to, s->now_ns, s->minor_gcs, s->major_gcs, e->tgid,
 				      0)) {
 				m->state = CH_TRK_PEND_PROMOTE;

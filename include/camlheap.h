@@ -93,6 +93,7 @@ enum ch_counter {
 	CH_CNT_TRACK_FULL,         /* sampled blocks not followed: tracking set full (--max-tracked) */
 	CH_CNT_FATES_DEFERRED,     /* fate events that found the ring buffer full and were sent later */
 	CH_CNT_FATE_UNREADABLE,    /* tracked blocks whose header could not be read at a collection */
+	CH_CNT_FATE_STALE,         /* tracked blocks past a collection or compaction no hook saw: fate unknown */
 	CH_CNT_CENSUS_MINOR_NS,    /* time spent in the minor-collection hook, ns */
 	CH_CNT_CENSUS_MAJOR_NS,    /* time spent in the clean-phase hook, ns */
 	CH_CNT_YOUNG_CHECKED,      /* young entries examined at minor collections */
@@ -144,6 +145,8 @@ struct ch_tracked {
 	__u32 major_gcs;            /* pending: stat_major_collections then */
 	__u32 tgid;
 	__u32 state;                /* CH_TRK_* */
+	__u32 birth_minor_gcs;      /* young: stat_minor_collections when sampled (a collection not seen shows) */
+	__u32 compactions;          /* major: stat_compactions when it entered the set (a compaction not seen shows) */
 };
 #define CH_TRK_DEAD 1u            /* dead or no longer followed: never checked again */
 #define CH_TRK_PEND_PROMOTE 2u    /* its CH_FATE_PROMOTE is still to be sent */
@@ -228,7 +231,7 @@ struct ch_sample_event {
 	__u32 minor_gcs;            /* Caml_state->stat_minor_collections at the allocation */
 	__u32 major_gcs;            /* Caml_state->stat_major_collections at the allocation */
 	__u32 clean_phases;         /* census: ch_proc.clean_phases at the allocation (its major cycle) */
-	__u32 pad0;
+	__u32 compactions;          /* Caml_state->stat_compactions at the allocation */
 	__u32 tgid;
 	__u32 tid;
 	__u32 nsamples;             /* samples in this block (memprof's n_samples) */
@@ -259,6 +262,7 @@ struct ch_sample_event {
 #define CH_OCAML4_LAST_RETURN_ADDRESS 216
 #define CH_OCAML4_STAT_MINOR_COLLECTIONS 320
 #define CH_OCAML4_STAT_MAJOR_COLLECTIONS 328
+#define CH_OCAML4_STAT_COMPACTIONS 352
 
 /* struct caml_context {bottom_of_stack; last_retaddr; gc_regs} sits at
  * sp + 16 in the 0xFFFF callback frame (4.13.1 runtime/caml/stack.h:80-84,

@@ -255,6 +255,35 @@ def test_census_wait_major_ends_by_itself():
     assert c["clean_phases"] >= 3, c
 
 
+def test_census_attaching_to_a_busy_program():
+    """Attach while the program churns (no --wait): blocks sampled while
+    camlheap is still attaching must be followed like the others.  A
+    fresh review found major arrays sampled then "alive" for ever (median
+    age 32-36 cycles of 36) when the attach was slow: the collection hooks
+    were attached last, so a compaction or minor collection in between
+    went unseen.  The test knob CAMLHEAP_ATTACH_DELAY_MS makes the attach
+    slow on purpose (100 ms between probes: ~1.2 s in all)."""
+    fx = subprocess.Popen([fixture("leak"), "forever"], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        d = chtest.tmpdir()
+        out = os.path.join(d, "c.txt")
+        env = dict(os.environ, CAMLHEAP_ATTACH_DELAY_MS="100")
+        p = subprocess.run([chtest.CAMLHEAP, "census", "-p", str(fx.pid), "--rate", repr(RATE), "--wait-major", "20",
+                            "-o", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr
+        assert fx.poll() is None, "the target must run on"
+    finally:
+        fx.kill()
+        fx.wait()
+    rep = chtest.Report(open(out).read())
+    for site in ("churn_major", "churn_promoted"):
+        for s in sites_of(rep, site):
+            # each ring holds what the last round or two allocated: what is
+            # live (or dead but not yet judged) was born a cycle or two ago
+            assert s["median_age"] <= 3, (site, s, rep.header)
+
+
 def test_census_needs_a_pid():
     p = subprocess.run([chtest.CAMLHEAP, "census", "--", fixture("leak")], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE)

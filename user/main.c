@@ -59,7 +59,7 @@ static const struct argp_option record_options[] = {
 	{ "value", OPT_VALUE, "WHAT", 0, "Collapsed output: alloc (default: bytes allocated) or live (bytes alive at the end)", 0 },
 	{ "no-census", OPT_NO_CENSUS, NULL, 0, "Do not follow sampled blocks to their death (no live figures)", 0 },
 	{ "max-tracked", OPT_MAX_TRACKED, "N", 0,
-	  "Sampled blocks followed in the major heap at once (default 262144; 40 bytes of kernel memory "
+	  "Sampled blocks followed in the major heap at once (default 262144; 48 bytes of kernel memory "
 	  "each, allocated up front); beyond it blocks are counted live and no longer followed",
 	  0 },
 	{ 0 }
@@ -124,7 +124,7 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case 'r':
 		if (parse_double(arg, &o->rate) || !(o->rate > 0 && o->rate <= 1))
-			argp_error(state, "invalid rate '%s': a number of samples per word in (0, 1], e.g. 1e-5", arg);
+			argp_error(state, "invalid rate '%s': a number of samples per word in (0, 1], e.g. 1e-4", arg);
 		break;
 	case 'd':
 		if (parse_double(arg, &o->duration_s) || !(o->duration_s > 0))

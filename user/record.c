@@ -341,6 +341,8 @@ static bool target_gone(const struct target *t)
 static void record_until_stop(const struct record_opts *o, struct target *t, struct sampler *smp,
 			      struct intake *intake, int sigfd, int pidfd, int timerfd, char *reason, size_t len)
 {
+	double next_progress = now_s() + 10.0;
+
 	for (;;) {
 		struct pollfd fds[4] = {
 			{ .fd = sigfd, .events = POLLIN },
@@ -385,6 +387,15 @@ static void record_until_stop(const struct record_opts *o, struct target *t, str
 		if (fds[2].revents & POLLIN) {
 			snprintf(reason, len, "duration elapsed");
 			break;
+		}
+		if (o->wait_major > 0 && now_s() >= next_progress) {
+			uint32_t seen = intake->prof->clean_phases;
+
+			fprintf(stderr,
+				"camlheap: waiting for %d full major cycle%s: %u ended so far (the first one "
+				"only ends the cycle under way at attach); Ctrl-C writes the census now\n",
+				o->wait_major, o->wait_major == 1 ? "" : "s", seen ? seen - 1 : 0);
+			next_progress = now_s() + 10.0;
 		}
 		/* the first clean phase ends the cycle under way at attach;
 		 * each later one ends a full cycle seen from its start */

@@ -45,7 +45,7 @@ struct record_opts {
  * the report could not be written. */
 int record_run(const struct record_opts *o);
 
-/* Default for --max-tracked: 256 Ki blocks (10 MiB of kernel memory): at
+/* Default for --max-tracked: 256 Ki blocks (12 MiB of kernel memory): at
  * the default rate, the sampled blocks of a 200 GB live heap. */
 #define RECORD_DEFAULT_MAX_TRACKED (1u << 18)
 

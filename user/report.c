@@ -303,12 +303,13 @@ static int group_cmp_score(const void *a, const void *b)
 }
 
 /* A site whose blocks born in at least two thirds of the judged cycles
- * (and at least two) are still alive, and whose live estimate grows.  Not
- * "every cycle": a small site may, by chance, have no sample born in a
- * short cycle. */
+ * (and at least three) are still alive, and whose live estimate grows.
+ * Not "every cycle": a small site may, by chance, have no sample born in
+ * a short cycle; not fewer than three: two cycles' survivors are too thin
+ * a trend (a fresh review saw sites of 2-3 samples flagged). */
 static bool is_suspect(const struct site_group *g)
 {
-	return g->cycles >= 2 && g->retaining >= 2 && 3 * g->retaining >= 2 * g->cycles && g->grows;
+	return g->cycles >= 3 && g->retaining >= 3 && 3 * g->retaining >= 2 * g->cycles && g->grows;
 }
 
 /* The census lines of a report header (record and census). */
@@ -350,14 +351,19 @@ static void census_header(FILE *out, const struct profile *p, const struct repor
 		fprintf(out,
 			"warning     %" PRIu64 " sampled block%s moved by a compaction (%" PRIu64
 			" seen): they were alive then and are counted live since, location unknown, their "
-			"deaths no longer seen; OCAMLRUNPARAM=O=1000000 disables automatic compaction and keeps "
-			"them followed\n",
+			"deaths no longer seen; a compaction runs at Gc.compact () and, automatically, when the "
+			"heap is fragmented: OCAMLRUNPARAM=O=1000000 disables the automatic one\n",
 			p->relocated_blocks, plural(p->relocated_blocks), c[CH_CNT_COMPACTIONS]);
 	if (p->unfollowed_blocks)
 		fprintf(out,
 			"warning     %" PRIu64 " sampled block%s could not be followed (tracking set full): "
 			"counted live since; raise --max-tracked\n",
 			p->unfollowed_blocks, plural(p->unfollowed_blocks));
+	if (c[CH_CNT_FATE_STALE])
+		fprintf(out,
+			"warning     %" PRIu64 " sampled block%s met a collection or compaction that no probe saw "
+			"(camlheap was still attaching): fate unknown, counted live\n",
+			c[CH_CNT_FATE_STALE], plural(c[CH_CNT_FATE_STALE]));
 	if (p->unknown_fate_blocks)
 		fprintf(out,
 			"warning     %" PRIu64 " sampled block%s had an unreadable header at a collection: fate "
@@ -385,6 +391,11 @@ static void site_live_line(FILE *out, const struct profile *p, const struct site
 		report_format_bytes(est_bytes(p, g->peak), b4, sizeof(b4)));
 	if (g->kind == CH_KIND_MINOR)
 		fprintf(out, "; %" PRIu64 " of %" PRIu64 " sampled blocks promoted", g->promoted, g->followed);
+	if (g->unfollowed)
+		fprintf(out, "; %" PRIu64 " live sample%s no longer followed (counted live)", g->unfollowed,
+			plural(g->unfollowed));
+	if (g->relocated)
+		fprintf(out, "; %" PRIu64 " live sample%s relocated by compaction", g->relocated, plural(g->relocated));
 	if (dead)
 		fprintf(out, "; %" PRIu64 " died, mean lifetime %.3g s, %.2f minor collections survived", dead,
 			g->lifetime_s / (double)dead, (double)g->dead_minor_gcs / (double)dead);
@@ -617,7 +628,18 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 			"the judged cycles (those that ended long enough ago, and in which anything was sampled), "
 			"times the fraction of those cycles that left some; a LEAK SUSPECT retains in at least "
 			"two thirds of them and its live estimate grows across cycles):\n");
-		if (!k)
+		uint32_t most = 0;
+
+		for (size_t i = 0; i < ngroups; i++)
+			if (groups[i].cycles > most)
+				most = groups[i].cycles;
+		if (!k && most < 3)
+			fprintf(out,
+				"  too little to judge: only %u of the major cycles seen had samples and ended long "
+				"enough ago (3 needed); run the census longer (--wait-major N, --duration) or at a "
+				"higher --rate\n",
+				most);
+		else if (!k)
 			fprintf(out, "  none: no site keeps blocks born in two or more of the judged cycles alive\n");
 		for (size_t i = 0; i < k && i < 10; i++) {
 			const struct site_group *g = &by_score[i];

@@ -191,7 +191,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 		ret = ret < 0 ? ret : -errno;
 		if (ret == -ENOMEM)
 			snprintf(err, errlen,
-				 "not enough kernel memory for the BPF maps (%s); --max-tracked N takes 40 bytes "
+				 "not enough kernel memory for the BPF maps (%s); --max-tracked N takes 48 bytes "
 				 "a block: lower it",
 				 strerror(-ret));
 		else if (ret == -EPERM)
@@ -278,7 +278,11 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		snprintf(err, errlen, "cannot attach to the sched_process_exec tracepoint: %s", strerror(e));
 		return -e;
 	}
-	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
+	/* The collection hooks first: a block is followed only once every
+	 * collection it can meet is seen (a compaction or minor collection
+	 * missed while attaching would leave its address meaningless). */
+	for (int k = 0; k < OCAML_PROBE__COUNT; k++) {
+		int i = k < 3 ? OCAML_PROBE_MINOR_UPDATE + k : k - 3;
 		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = rt->probes[i].retprobe);
 
 		if (!rt->probes[i].present)
@@ -300,6 +304,9 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 			sampler_detach(s);
 			return -e;
 		}
+		/* test knob: a slow attach (a loaded machine) made on purpose */
+		if (getenv("CAMLHEAP_ATTACH_DELAY_MS"))
+			usleep((useconds_t)atoi(getenv("CAMLHEAP_ATTACH_DELAY_MS")) * 1000);
 	}
 	return 0;
 }

@@ -27,7 +27,7 @@ struct sampler_config {
 
 /* Entries of the kernel's young set for `rate`: enough for the samples of
  * a minor heap of 8 Mwords (32 times OCaml's default) with ten standard
- * deviations to spare; at most 1 Mi (40 MiB).  A sample beyond it is reported as
+ * deviations to spare; at most 1 Mi (48 MiB).  A sample beyond it is reported as
  * not followed (CH_CNT_TRACK_FULL). */
 uint32_t sampler_young_capacity(double rate);
 
