@@ -11,6 +11,7 @@ of the words it still holds (Z = 4.5, chtest.py).
 import math
 import os
 import re
+import signal
 import subprocess
 import time
 
@@ -200,8 +201,10 @@ def _wait_attached(p, timeout=60):
 
 
 def test_census_finds_the_leak():
+    # no cycle count or duration ends this census: Ctrl-C does, once the
+    # fixture has printed its truth and idles (nothing allocates then)
     w = chtest.Waiting("leak", ["idle", "n=6"])
-    p, out = _census(w.pid, ["--rate", repr(RATE), "--duration", "8"])
+    p, out = _census(w.pid, ["--rate", repr(RATE), "--wait-major", "1000000"])
     try:
         _wait_attached(p)
         w.line()  # the rounds start only now: everything they allocate is after attach
@@ -210,6 +213,7 @@ def test_census_finds_the_leak():
             line = w.proc.stdout.readline().decode()
             assert line, fixture_out
             fixture_out += line
+        p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
     finally:
