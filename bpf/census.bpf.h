@@ -271,6 +271,29 @@ static __always_inline void census_major_pass(struct ch_proc *p, struct census_p
 	p->pending_n = s->pending;
 }
 
+/* Append a young entry to the major array at address `addr`, as seen by
+ * pass `s`, with `state`.  NULL if the array is full. */
+static __always_inline struct ch_tracked *census_major_push(struct ch_proc *p, struct census_pass *s,
+							     const struct ch_tracked *e, __u64 addr, __u32 state)
+{
+	__u32 mi = p->major_n;
+	struct ch_tracked *m = bpf_map_lookup_elem(&major_tracked, &mi);
+
+	if (!m)
+		return NULL;
+	p->major_n = mi + 1;
+	m->addr = addr;
+	m->sample_id = e->sample_id;
+	m->tgid = e->tgid;
+	m->fate_ns = s->now_ns;
+	m->minor_gcs = s->minor_gcs;
+	m->major_gcs = s->major_gcs;
+	m->state = state;
+	m->birth_minor_gcs = e->birth_minor_gcs;
+	m->compactions = s->compactions;
+	return m;
+}
+
 /* One young entry at a minor collection. */
 static long census_young_step(__u32 i, void *unused)
 {
@@ -280,7 +303,6 @@ static long census_young_step(__u32 i, void *unused)
 	struct ch_tracked *e, *m;
 	__u64 hd = 1, to = 0;
 	__u8 fate = CH_FATE_DEAD_MINOR;
-	__u32 mi;
 
 	if (!s || !p || i >= s->young_n)
 		return 1;
@@ -295,28 +317,17 @@ static long census_young_step(__u32 i, void *unused)
 		count(CH_CNT_FATE_STALE, 1);
 		fate = CH_FATE_UNKNOWN;
 	} else if (e->addr <= s->young_start || e->addr >= s->young_end ||
-	    bpf_probe_read_user(&hd, sizeof(hd), (void *)(e->addr - 8)) ||
-	    (hd == 0 && bpf_probe_read_user(&to, sizeof(to), (void *)e->addr))) {
+		   bpf_probe_read_user(&hd, sizeof(hd), (void *)(e->addr - 8)) ||
+		   (hd == 0 && bpf_probe_read_user(&to, sizeof(to), (void *)e->addr))) {
 		count(CH_CNT_FATE_UNREADABLE, 1);
 		fate = CH_FATE_UNKNOWN;
 	} else if (hd == 0) {
 		/* promoted: the block now lives at Field(v, 0) */
-		mi = p->major_n;
-		m = bpf_map_lookup_elem(&major_tracked, &mi);
+		m = census_major_push(p, s, e, to, 0);
 		if (!m) {
 			count(CH_CNT_TRACK_FULL, 1);
 			fate = CH_FATE_UNTRACKED;
 		} else {
-			p->major_n = mi + 1;
-			m->addr = to;
-			m->sample_id = e->sample_id;
-			m->tgid = e->tgid;
-			m->fate_ns = s->now_ns;
-			m->minor_gcs = s->minor_gcs;
-			m->major_gcs = s->major_gcs;
-			m->state = 0;
-			m->birth_minor_gcs = e->birth_minor_gcs;
-			m->compactions = s->compactions;
 			if (emit_fate(CH_FATE_PROMOTE, e->sample_id, to, s->now_ns, s->minor_gcs, s->major_gcs, e->tgid,
 				      0)) {
 				m->state = CH_TRK_PEND_PROMOTE;
@@ -327,20 +338,11 @@ static long census_young_step(__u32 i, void *unused)
 	}
 	if (emit_fate(fate, e->sample_id, e->addr, s->now_ns, s->minor_gcs, s->major_gcs, e->tgid, 0)) {
 		/* keep it, dead, in the major array until the event is sent */
-		mi = p->major_n;
-		m = bpf_map_lookup_elem(&major_tracked, &mi);
-		if (!m) {
+		if (!census_major_push(p, s, e, e->addr,
+				       CH_TRK_DEAD | CH_TRK_PEND_FATE | ((__u32)fate << CH_TRK_FATE_SHIFT))) {
 			count(CH_CNT_DROPPED, 1);
 			return 0;
 		}
-		p->major_n = mi + 1;
-		m->addr = e->addr;
-		m->sample_id = e->sample_id;
-		m->tgid = e->tgid;
-		m->fate_ns = s->now_ns;
-		m->minor_gcs = s->minor_gcs;
-		m->major_gcs = s->major_gcs;
-		m->state = CH_TRK_DEAD | CH_TRK_PEND_FATE | ((__u32)fate << CH_TRK_FATE_SHIFT);
 		p->pending_n++;
 	}
 	return 0;
