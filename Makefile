@@ -13,18 +13,20 @@ OCAMLOPT ?= ocamlopt
 
 # Debian 12 packages the build, the tests, the demo and the bench need.
 DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-dev pkg-config make gcc \
-            ocaml-nox python3 python3-pyelftools procps util-linux strace
+            ocaml-nox python3 python3-pyelftools procps util-linux strace \
+            protobuf-c-compiler libprotobuf-c-dev protobuf-compiler
 
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD)
+CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD) \
+            -I$(BUILD)/gen
 # Recursive (=): pkg-config runs in recipes, after `deps` installed it.
 CFLAGS   += $(shell pkg-config --cflags glib-2.0 2>/dev/null)
-LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread $(shell pkg-config --libs glib-2.0 2>/dev/null)
+LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread -lprotobuf-c $(shell pkg-config --libs glib-2.0 2>/dev/null)
 
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I. -Iinclude -Wall -Wno-unused-function
 
 USER_SRCS := $(filter-out user/main.c,$(wildcard user/*.c))
-USER_OBJS := $(patsubst user/%.c,$(BUILD)/user/%.o,$(USER_SRCS))
+USER_OBJS := $(patsubst user/%.c,$(BUILD)/user/%.o,$(USER_SRCS)) $(BUILD)/gen/profile.pb-c.o
 BPF_SRCS  := $(wildcard bpf/*.bpf.c)
 BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
 SKELS     := $(patsubst bpf/%.bpf.c,$(BUILD)/%.skel.h,$(BPF_SRCS))
@@ -61,7 +63,15 @@ $(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c bpf/*.h include/*.h vmlinux.h | $(BUILD)/.deps
 $(BUILD)/%.skel.h: $(BUILD)/bpf/%.bpf.o
 	$(BPFTOOL) gen skeleton $< > $@
 
-$(BUILD)/user/%.o: user/%.c user/*.h include/*.h $(SKELS) | $(BUILD)/.deps
+# pprof's message layout, generated from the project's own proto/profile.proto
+$(BUILD)/gen/profile.pb-c.c $(BUILD)/gen/profile.pb-c.h: proto/profile.proto | $(BUILD)/.deps
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen --proto_path=proto proto/profile.proto
+
+$(BUILD)/gen/profile.pb-c.o: $(BUILD)/gen/profile.pb-c.c $(BUILD)/gen/profile.pb-c.h
+	$(CC) $(CFLAGS) -Wno-unused-parameter -c $< -o $@
+
+$(BUILD)/user/%.o: user/%.c user/*.h include/*.h $(SKELS) $(BUILD)/gen/profile.pb-c.h | $(BUILD)/.deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 

@@ -9,6 +9,7 @@
  * .rela.dyn addends (feasibility-4.13.md §1.3).
  */
 #include <ctype.h>
+#include <stdio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -712,4 +713,32 @@ int elf_image_first_load(const struct elf_image *img, uint64_t *file_off, uint64
 	*file_off = img->segs[0].offset & ~0xfffULL;
 	*vaddr = img->segs[0].vaddr & ~0xfffULL;
 	return 0;
+}
+
+int elf_image_build_id(const struct elf_image *img, char *buf, size_t buflen)
+{
+	Elf_Scn *scn = NULL;
+
+	while ((scn = elf_nextscn(img->elf, scn)) != NULL) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+		GElf_Nhdr nh;
+		size_t off = 0, noff, doff;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_NOTE || !(d = elf_getdata(scn, NULL)))
+			continue;
+		while ((off = gelf_getnote(d, off, &nh, &noff, &doff)) > 0) {
+			const unsigned char *id = (const unsigned char *)d->d_buf + doff;
+
+			if (nh.n_type != NT_GNU_BUILD_ID || nh.n_namesz != 4 ||
+			    memcmp((const char *)d->d_buf + noff, "GNU", 4) || !nh.n_descsz)
+				continue;
+			if (buflen < 2 * (size_t)nh.n_descsz + 1)
+				return -ENOSPC;
+			for (size_t i = 0; i < nh.n_descsz; i++)
+				snprintf(buf + 2 * i, 3, "%02x", id[i]);
+			return (int)nh.n_descsz;
+		}
+	}
+	return -ENOENT;
 }

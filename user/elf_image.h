@@ -81,6 +81,11 @@ int elf_image_read_ptr(const struct elf_image *img, uint64_t vaddr, uint64_t *ou
  * if they are not all backed by file bytes in one segment. */
 const void *elf_image_data(const struct elf_image *img, uint64_t vaddr, size_t len);
 
+/* The GNU build id (the NT_GNU_BUILD_ID note, ELF gABI / binutils) as
+ * lower-case hex into buf.  Returns its length in bytes (>= 1), or
+ * -ENOENT if the file has none, -ENOSPC if buf is too small. */
+int elf_image_build_id(const struct elf_image *img, char *buf, size_t buflen);
+
 /* Sys.ocaml_version of an OCaml executable: the NUL-delimited "4.13.1"
  * style string ("4.14.2+dev", "5.3.0") in the data of Stdlib__Sys, between
  * camlStdlib__Sys__data_begin and __data_end.  Copies it into buf.  Returns

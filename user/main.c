@@ -39,7 +39,10 @@ static const struct argp_option record_options[] = {
 	{ "rate", 'r', "LAMBDA", 0, "Samples per allocated word, 0 < LAMBDA <= 1 (default 1e-5, as Gc.Memprof)", 0 },
 	{ "duration", 'd', "SECONDS", 0, "Stop after this many seconds", 0 },
 	{ "output", 'o', "FILE", 0, "Write the report to FILE (via a temporary file and rename; default stdout)", 0 },
-	{ "format", 'f', "FORMAT", 0, "text (default) or collapsed (flamegraph.pl / speedscope input, bytes)", 0 },
+	{ "format", 'f', "FORMAT", 0,
+	  "text (default), collapsed (flamegraph.pl / speedscope input, bytes) or pprof (gzip-compressed "
+	  "profile.proto: go tool pprof, Pyroscope, Parca; alloc_* and inuse_* sample types)",
+	  0 },
 	{ "top", 'n', "N", 0, "Sites shown in the text report (default 20)", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
 	{ "executor", OPT_EXECUTOR, "WHICH", 0,
@@ -138,8 +141,10 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 			o->format = REPORT_TEXT;
 		else if (!strcmp(arg, "collapsed"))
 			o->format = REPORT_COLLAPSED;
+		else if (!strcmp(arg, "pprof"))
+			o->format = REPORT_PPROF;
 		else
-			argp_error(state, "unknown format '%s' (text or collapsed)", arg);
+			argp_error(state, "unknown format '%s' (text, collapsed or pprof)", arg);
 		break;
 	case 'n':
 		if (parse_long(arg, &v) || v < 1 || v > 1000000)

@@ -139,6 +139,7 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 	site->samples += ev->nsamples;
 	site->events++;
 	site->sampled_block_words += ev->size_words;
+	site->est_objects += profile_object_weight(p, ev->size_words);
 	if (ev->minor_gcs > p->cur_minor_gcs)
 		p->cur_minor_gcs = ev->minor_gcs;
 	if (ev->major_gcs > p->cur_major_gcs)
@@ -155,6 +156,7 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 			b->site = site;
 			b->time_ns = ev->time_ns;
 			b->nsamples = ev->nsamples;
+			b->words = ev->size_words > UINT32_MAX ? UINT32_MAX : (uint32_t)ev->size_words;
 			b->birth_minor_gcs = ev->minor_gcs;
 			b->birth_major_gcs = ev->major_gcs;
 			b->birth_cycle = ev->clean_phases;
@@ -172,6 +174,7 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 				g_array_index(ib, uint64_t, ev->clean_phases)++;
 			}
 			site->live_samples += ev->nsamples;
+			site->live_est_objects += profile_object_weight(p, b->words);
 			if (site->live_samples > site->peak_live_samples)
 				site->peak_live_samples = site->live_samples;
 			p->followed_blocks++;
@@ -200,6 +203,9 @@ static void block_dies(struct profile *p, uint64_t id, struct profile_block *b, 
 
 	site->live_samples -= b->nsamples;
 	site->live_blocks--;
+	site->live_est_objects -= profile_object_weight(p, b->words);
+	if (site->live_est_objects < 0 || !site->live_blocks)
+		site->live_est_objects = 0; /* rounding */
 	p->live_samples -= b->nsamples;
 	if (b->state == PROFILE_BLOCK_YOUNG) {
 		site->dead_minor_blocks++;
@@ -429,6 +435,16 @@ size_t profile_sites_sorted(const struct profile *p, const struct profile_site *
 	qsort(v, i, sizeof(*v), site_cmp);
 	*out = v;
 	return i;
+}
+
+double profile_object_weight(const struct profile *p, uint64_t words)
+{
+	double q;
+
+	if (!words || p->rate >= 1.0)
+		return 1.0;
+	q = -expm1((double)words * log1p(-p->rate)); /* 1 - (1-lambda)^words, accurate for tiny lambda */
+	return q > 0 ? 1.0 / q : 1.0;
 }
 
 double profile_estimate_words(const struct profile *p, uint64_t samples)

@@ -28,6 +28,9 @@ struct profile_site {
 	uint64_t samples;      /* sum of nsamples */
 	uint64_t events;       /* sampled blocks */
 	uint64_t sampled_block_words; /* words of the sampled blocks (not an estimate) */
+	double est_objects;        /* blocks allocated, estimated: sum over sampled blocks of 1/P(sampled)
+				    * = 1/(1-(1-lambda)^words) (formats.md §4, unbias then sum) */
+	double live_est_objects;   /* the same over its blocks alive now */
 	/* Census (sampled blocks followed to their death, ARCHITECTURE.md §6) */
 	uint64_t followed_blocks;  /* sampled blocks with a sample id */
 	uint64_t live_samples;     /* samples of its blocks alive now (incl. relocated/unfollowed) */
@@ -52,6 +55,7 @@ struct profile_block {
 	struct profile_site *site;
 	uint64_t time_ns;          /* allocation time (bpf_ktime_get_ns) */
 	uint32_t nsamples;
+	uint32_t words;            /* words the sampling decision was made over */
 	uint32_t birth_minor_gcs;  /* stat_minor_collections at the allocation */
 	uint32_t birth_major_gcs;  /* stat_major_collections at the allocation */
 	uint32_t birth_cycle;      /* major clean phases camlheap had seen before the allocation */
@@ -132,6 +136,11 @@ bool profile_site_live_grows(const struct profile_site *site);
  * a deterministic order.  Returns the count; *out is a malloc'd array of
  * pointers into the profile (free the array, not the sites). */
 size_t profile_sites_sorted(const struct profile *p, const struct profile_site ***out);
+
+/* 1 / P(a block of `words` words is sampled at least once) =
+ * 1/(1-(1-lambda)^words): the number of blocks a sampled block stands for
+ * (>= 1).  Source: formats.md §4 (memprof samples each word). */
+double profile_object_weight(const struct profile *p, uint64_t words);
 
 /* Estimated words allocated for `samples` samples: samples / lambda. */
 double profile_estimate_words(const struct profile *p, uint64_t samples);

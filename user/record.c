@@ -2,6 +2,7 @@
  * target, runtime plan, sampler, attach, intake loop, report, wait. */
 #define _GNU_SOURCE
 #include "record.h"
+#include "pprof.h"
 
 #include <errno.h>
 #include <linux/capability.h>
@@ -306,6 +307,20 @@ static int write_report(const struct record_opts *o, const struct profile *prof,
 		ret = report_write_census(out.f, prof, meta, &t->mods);
 	else if (o->format == REPORT_COLLAPSED)
 		ret = report_write_collapsed(out.f, prof, &t->mods, o->value_live);
+	else if (o->format == REPORT_PPROF) {
+		struct pprof_meta pm = {
+			.time_nanos = meta->start_unix_ns,
+			.duration_nanos = (int64_t)(meta->duration_s * 1e9),
+			.census = meta->census_on,
+			.exe_path = meta->exe,
+		};
+		char comment[512];
+
+		snprintf(comment, sizeof(comment), "camlheap record of PID %d (%s, OCaml %s), rate %g, executor %s",
+			 meta->pid, meta->exe, meta->ocaml_version, prof->rate, meta->executor);
+		pm.comment = comment;
+		ret = pprof_write(out.f, prof, &t->mods, &pm);
+	}
 	else
 		ret = report_write_text(out.f, prof, meta, &t->mods);
 	if (ret < 0)
@@ -627,6 +642,12 @@ int record_run(const struct record_opts *o)
 	}
 	t_attached = now_s();
 	meta.attach_s = t_attached - t0;
+	{
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		meta.start_unix_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	}
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
 		meta.probes_emulated += t.rt.probes[i].present && t.rt.probes[i].emulated;
 		meta.probes_total += t.rt.probes[i].present;

@@ -17,6 +17,7 @@
 enum report_format {
 	REPORT_TEXT = 0,
 	REPORT_COLLAPSED,
+	REPORT_PPROF,       /* gzip-compressed profile.proto (pprof.h) */
 };
 
 /* What the header of a report states besides the profile itself. */
@@ -47,6 +48,7 @@ struct report_meta {
 	bool census_on;                /* sampled blocks were followed to their death */
 	const char *census_off_why;    /* if not, why */
 	bool live;                     /* record --live: per-site live and peak figures */
+	int64_t start_unix_ns;         /* recording start, ns since the Unix epoch (pprof) */
 	uint64_t fates_drained;        /* fate events read from the kernel's arrays at the end (ring was full) */
 };
 
