@@ -14,14 +14,14 @@ OCAMLOPT ?= ocamlopt
 # Debian 12 packages the build, the tests, the demo and the bench need.
 DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-dev pkg-config make gcc \
             ocaml-nox python3 python3-pyelftools procps util-linux strace \
-            protobuf-c-compiler libprotobuf-c-dev protobuf-compiler
+            protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libjson-glib-dev
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD) \
             -I$(BUILD)/gen
 # Recursive (=): pkg-config runs in recipes, after `deps` installed it.
-CFLAGS   += $(shell pkg-config --cflags glib-2.0 2>/dev/null)
-LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread -lprotobuf-c $(shell pkg-config --libs glib-2.0 2>/dev/null)
+CFLAGS   += $(shell pkg-config --cflags glib-2.0 json-glib-1.0 2>/dev/null)
+LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread -lprotobuf-c $(shell pkg-config --libs glib-2.0 json-glib-1.0 2>/dev/null)
 
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I. -Iinclude -Wall -Wno-unused-function
 

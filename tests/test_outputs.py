@@ -130,3 +130,39 @@ def test_pprof_scaled_values_agree_with_text():
     # outside the deterministic fixture loop the runtime's own start-up and
     # printing allocate a little: allow 2 %
     assert abs(total - text_total) <= 0.02 * text_total, (total, text_total)
+
+
+def test_json_is_consistent_and_matches_the_truth():
+    import json
+    rate = 1e-3
+    d = chtest.tmpdir()
+    path = os.path.join(d, "r.json")
+    rc, so, se = chtest.run_record(["--rate", repr(rate), "--format", "json", "-o", path], [fixture("leak"), "n=3"])
+    assert rc == 0, se
+    doc = json.load(open(path))
+    assert doc["format"] == "camlheap-report" and doc["version"] == 1
+    assert doc["run"]["rate"] == rate and doc["run"]["end_reason"] == "target exited with status 0"
+    sites, stacks = doc["sites"], doc["stacks"]
+    assert sum(s["samples"] for s in sites) == doc["totals"]["samples"]
+    assert sum(doc["totals"]["samples_by_kind"].values()) == doc["totals"]["samples"]
+    for s in sites:
+        est = s["bytes"]["estimate"]
+        assert abs(est - s["samples"] / rate * 8) < 1e-6 * max(1, est)
+        lo, hi = s["bytes"]["ci95"]
+        assert lo <= est <= hi
+        assert s["stack"] is None or 0 <= s["stack"] < len(stacks)
+        assert s["objects_estimate"] >= s["sampled_blocks"]
+        assert 0 <= s["live"]["samples"] <= s["samples"]
+    c = doc["census"]
+    assert c["followed_blocks"] == c["dead_minor"] + c["dead_major"] + c["live_blocks"], c
+    assert c["live_samples"] == sum(s["live"]["samples"] for s in sites)
+    # the leak site, by its allocation's own line: live words within the binomial bound
+    truth = {}
+    for kind, site, w in re.findall(r"^TRUTH (alloc|live) Leak\.(\w+) (\d+)$", so, re.M):
+        truth[(kind, site)] = int(w)
+    lines = chtest.site_lines("Leak.leak")
+    live = sum(s["live"]["samples"] for s in sites
+               if s["allocation"].get("function") == "Leak.leak_one" and s["allocation"].get("line") in lines)
+    chtest.check_binomial(live, truth[("live", "leak")], rate, "json live Leak.leak")
+    for st in stacks:
+        assert st["frames"] and all("function" in f for f in st["frames"])

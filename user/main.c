@@ -41,7 +41,8 @@ static const struct argp_option record_options[] = {
 	{ "output", 'o', "FILE", 0, "Write the report to FILE (via a temporary file and rename; default stdout)", 0 },
 	{ "format", 'f', "FORMAT", 0,
 	  "text (default), collapsed (flamegraph.pl / speedscope input, bytes) or pprof (gzip-compressed "
-	  "profile.proto: go tool pprof, Pyroscope, Parca; alloc_* and inuse_* sample types)",
+	  "profile.proto: go tool pprof, Pyroscope, Parca; alloc_* and inuse_* sample types) or json "
+	  "(docs/json.md)",
 	  0 },
 	{ "top", 'n', "N", 0, "Sites shown in the text report (default 20)", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
@@ -143,8 +144,10 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 			o->format = REPORT_COLLAPSED;
 		else if (!strcmp(arg, "pprof"))
 			o->format = REPORT_PPROF;
+		else if (!strcmp(arg, "json"))
+			o->format = REPORT_JSON;
 		else
-			argp_error(state, "unknown format '%s' (text, collapsed or pprof)", arg);
+			argp_error(state, "unknown format '%s' (text, collapsed, pprof or json)", arg);
 		break;
 	case 'n':
 		if (parse_long(arg, &v) || v < 1 || v > 1000000)

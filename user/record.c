@@ -307,6 +307,8 @@ static int write_report(const struct record_opts *o, const struct profile *prof,
 		ret = report_write_census(out.f, prof, meta, &t->mods);
 	else if (o->format == REPORT_COLLAPSED)
 		ret = report_write_collapsed(out.f, prof, &t->mods, o->value_live);
+	else if (o->format == REPORT_JSON)
+		ret = report_write_json(out.f, prof, meta, &t->mods);
 	else if (o->format == REPORT_PPROF) {
 		struct pprof_meta pm = {
 			.time_nanos = meta->start_unix_ns,

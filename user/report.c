@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <glib.h>
+#include <json-glib/json-glib.h>
 
 static const char *const kind_names[CH_KIND__COUNT] = {
 	[CH_KIND_MINOR] = "minor",
@@ -736,4 +737,228 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct modules *m
 	g_hash_table_destroy(lines);
 	free(sites);
 	return ferror(out) ? -(errno ? errno : EIO) : 0; /* EPIPE: the reader went away */
+}
+
+static void json_interval(JsonBuilder *jb, const struct profile *p, uint64_t samples)
+{
+	double lo, hi;
+
+	profile_poisson_ci95(samples, &lo, &hi);
+	json_builder_begin_object(jb);
+	json_builder_set_member_name(jb, "estimate");
+	json_builder_add_double_value(jb, est_bytes(p, samples));
+	json_builder_set_member_name(jb, "ci95");
+	json_builder_begin_array(jb);
+	json_builder_add_double_value(jb, lo / p->rate * 8.0);
+	json_builder_add_double_value(jb, hi / p->rate * 8.0);
+	json_builder_end_array(jb);
+	json_builder_end_object(jb);
+}
+
+static void json_member_int(JsonBuilder *jb, const char *name, int64_t v)
+{
+	json_builder_set_member_name(jb, name);
+	json_builder_add_int_value(jb, v);
+}
+
+static void json_member_str(JsonBuilder *jb, const char *name, const char *v)
+{
+	json_builder_set_member_name(jb, name);
+	if (v)
+		json_builder_add_string_value(jb, v);
+	else
+		json_builder_add_null_value(jb);
+}
+
+static void json_member_double(JsonBuilder *jb, const char *name, double v)
+{
+	json_builder_set_member_name(jb, name);
+	json_builder_add_double_value(jb, v);
+}
+
+int report_write_json(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
+{
+	JsonBuilder *jb = json_builder_new();
+	JsonGenerator *gen = json_generator_new();
+	const struct profile_site **sites = NULL;
+	size_t nsites = profile_sites_sorted(p, &sites);
+	GHashTable *stack_ix = g_hash_table_new(g_int64_hash, g_int64_equal);
+	GPtrArray *stacks = g_ptr_array_new();
+	const uint64_t *c = m->counters;
+	JsonNode *root;
+	gchar *text;
+	int ret = 0;
+
+	/* stacks in first-use order (sites are sorted by samples) */
+	for (size_t i = 0; i < nsites; i++)
+		if (sites[i]->stack && !g_hash_table_contains(stack_ix, &sites[i]->stack->id)) {
+			g_hash_table_insert(stack_ix, (gpointer)&sites[i]->stack->id, GUINT_TO_POINTER(stacks->len));
+			g_ptr_array_add(stacks, (gpointer)sites[i]);
+		}
+
+	json_builder_begin_object(jb);
+	json_member_str(jb, "format", "camlheap-report");
+	json_member_int(jb, "version", 1);
+
+	json_builder_set_member_name(jb, "run");
+	json_builder_begin_object(jb);
+	json_member_int(jb, "pid", m->pid);
+	json_member_str(jb, "executable", m->exe);
+	json_member_str(jb, "ocaml_version", m->ocaml_version);
+	json_member_str(jb, "command", m->command);
+	json_member_double(jb, "rate", p->rate);
+	json_member_str(jb, "executor", m->executor);
+	json_member_str(jb, "minor_not_sampled_because", m->minor_off_why);
+	json_member_int(jb, "start_unix_ns", m->start_unix_ns);
+	json_member_double(jb, "duration_s", m->duration_s);
+	json_member_double(jb, "attach_s", m->attach_s);
+	json_member_str(jb, "end_reason", m->end_reason);
+	json_member_int(jb, "max_depth", m->max_frames);
+	json_builder_end_object(jb);
+
+	json_builder_set_member_name(jb, "totals");
+	json_builder_begin_object(jb);
+	json_member_int(jb, "samples", (int64_t)p->samples);
+	json_member_int(jb, "sampled_blocks", (int64_t)p->events);
+	json_member_int(jb, "dropped_samples", (int64_t)c[CH_CNT_DROPPED_SAMPLES]);
+	json_builder_set_member_name(jb, "samples_by_kind");
+	json_builder_begin_object(jb);
+	for (int k = 0; k < CH_KIND__COUNT; k++)
+		json_member_int(jb, kind_names[k], (int64_t)p->samples_by_kind[k]);
+	json_builder_end_object(jb);
+	json_builder_set_member_name(jb, "observed_words");
+	json_builder_begin_object(jb);
+	json_member_int(jb, "major", (int64_t)c[CH_CNT_WORDS_MAJOR]);
+	json_member_int(jb, "custom", (int64_t)c[CH_CNT_WORDS_CUSTOM]);
+	json_member_int(jb, "unmarshal", (int64_t)c[CH_CNT_WORDS_UNMARSHAL]);
+	json_builder_end_object(jb);
+	json_builder_set_member_name(jb, "walks");
+	json_builder_begin_object(jb);
+	for (int t = 0; t < CH_TERM__COUNT; t++)
+		json_member_int(jb, term_names[t], (int64_t)p->walks_by_term[t]);
+	json_builder_end_object(jb);
+	json_builder_end_object(jb);
+
+	json_builder_set_member_name(jb, "census");
+	if (!m->census_on) {
+		json_builder_add_null_value(jb);
+	} else {
+		json_builder_begin_object(jb);
+		json_member_int(jb, "followed_blocks", (int64_t)p->followed_blocks);
+		json_member_int(jb, "born_in_minor_heap", (int64_t)p->followed_minor_blocks);
+		json_member_int(jb, "promoted", (int64_t)p->promoted_blocks);
+		json_member_int(jb, "dead_minor", (int64_t)p->dead_minor_blocks);
+		json_member_int(jb, "dead_major", (int64_t)p->dead_major_blocks);
+		json_member_int(jb, "relocated", (int64_t)p->relocated_blocks);
+		json_member_int(jb, "not_followed", (int64_t)(p->unfollowed_blocks + p->unknown_fate_blocks));
+		json_member_int(jb, "orphan_fates", (int64_t)p->orphan_fates);
+		json_member_int(jb, "clean_phases", p->clean_phases);
+		json_member_int(jb, "live_samples", (int64_t)p->live_samples);
+		json_member_int(jb, "live_blocks", g_hash_table_size(p->blocks));
+		json_builder_set_member_name(jb, "live_bytes");
+		json_interval(jb, p, p->live_samples);
+		json_member_double(jb, "peak_live_bytes", est_bytes(p, p->peak_live_samples));
+		json_builder_end_object(jb);
+	}
+
+	json_builder_set_member_name(jb, "stacks");
+	json_builder_begin_array(jb);
+	for (guint i = 0; i < stacks->len; i++) {
+		const struct profile_site *s = stacks->pdata[i];
+		struct sym_frame fr[MAX_INLINE];
+		char id[32];
+
+		json_builder_begin_object(jb);
+		snprintf(id, sizeof(id), "%016" PRIx64, s->stack->id);
+		json_member_str(jb, "id", id);
+		json_member_str(jb, "walk", term_names[s->stack->term]);
+		json_builder_set_member_name(jb, "frames");
+		json_builder_begin_array(jb);
+		for (uint32_t j = 0; j < s->stack->nframes; j++) {
+			/* the leaf is shown for each Comballoc index by its site */
+			int n = modules_lookup(mods, s->stack->frames[j], 0, fr, MAX_INLINE);
+
+			for (int k = 0; k < n; k++) {
+				char pc[32];
+
+				json_builder_begin_object(jb);
+				json_member_str(jb, "function", fr[k].function);
+				json_member_str(jb, "file", fr[k].file);
+				json_member_int(jb, "line", fr[k].line);
+				json_member_int(jb, "column", fr[k].column);
+				json_builder_set_member_name(jb, "inlined");
+				json_builder_add_boolean_value(jb, fr[k].inlined);
+				snprintf(pc, sizeof(pc), "0x%" PRIx64, s->stack->frames[j]);
+				json_member_str(jb, "pc", pc);
+				json_builder_end_object(jb);
+			}
+		}
+		json_builder_end_array(jb);
+		json_builder_end_object(jb);
+	}
+	json_builder_end_array(jb);
+
+	json_builder_set_member_name(jb, "sites");
+	json_builder_begin_array(jb);
+	for (size_t i = 0; i < nsites; i++) {
+		const struct profile_site *s = sites[i];
+		struct sym_frame fr[MAX_INLINE];
+
+		json_builder_begin_object(jb);
+		json_member_str(jb, "kind", kind_names[s->kind]);
+		json_builder_set_member_name(jb, "stack");
+		if (s->stack)
+			json_builder_add_int_value(jb, GPOINTER_TO_UINT(g_hash_table_lookup(stack_ix, &s->stack->id)));
+		else
+			json_builder_add_null_value(jb);
+		json_member_int(jb, "alloc_index", s->alloc_idx);
+		json_builder_set_member_name(jb, "allocation");
+		json_builder_begin_object(jb);
+		if (s->stack && s->stack->nframes &&
+		    modules_lookup(mods, s->stack->frames[0], s->alloc_idx, fr, MAX_INLINE) > 0) {
+			json_member_str(jb, "function", fr[0].function);
+			json_member_str(jb, "file", fr[0].file);
+			json_member_int(jb, "line", fr[0].line);
+		}
+		json_builder_end_object(jb);
+		json_member_int(jb, "samples", (int64_t)s->samples);
+		json_member_int(jb, "sampled_blocks", (int64_t)s->events);
+		json_builder_set_member_name(jb, "bytes");
+		json_interval(jb, p, s->samples);
+		json_member_double(jb, "objects_estimate", s->est_objects);
+		if (m->census_on) {
+			json_builder_set_member_name(jb, "live");
+			json_builder_begin_object(jb);
+			json_member_int(jb, "samples", (int64_t)s->live_samples);
+			json_member_int(jb, "blocks", (int64_t)s->live_blocks);
+			json_builder_set_member_name(jb, "bytes");
+			json_interval(jb, p, s->live_samples);
+			json_member_double(jb, "peak_bytes", est_bytes(p, s->peak_live_samples));
+			json_member_int(jb, "promoted", (int64_t)s->promoted_blocks);
+			json_member_int(jb, "died", (int64_t)(s->dead_minor_blocks + s->dead_major_blocks));
+			json_member_double(jb, "dead_lifetime_s_sum", s->dead_lifetime_s);
+			json_member_int(jb, "relocated_samples", (int64_t)s->relocated_samples);
+			json_builder_end_object(jb);
+		}
+		json_builder_end_object(jb);
+	}
+	json_builder_end_array(jb);
+	json_builder_end_object(jb);
+
+	root = json_builder_get_root(jb);
+	json_generator_set_root(gen, root);
+	json_generator_set_pretty(gen, TRUE);
+	text = json_generator_to_data(gen, NULL);
+	if (fputs(text, out) == EOF || fputc('\n', out) == EOF)
+		ret = -(errno ? errno : EIO);
+	g_free(text);
+	json_node_unref(root);
+	g_object_unref(gen);
+	g_object_unref(jb);
+	g_hash_table_destroy(stack_ix);
+	g_ptr_array_free(stacks, TRUE);
+	free(sites);
+	if (!ret && ferror(out))
+		ret = -(errno ? errno : EIO);
+	return ret;
 }

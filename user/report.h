@@ -18,6 +18,7 @@ enum report_format {
 	REPORT_TEXT = 0,
 	REPORT_COLLAPSED,
 	REPORT_PPROF,       /* gzip-compressed profile.proto (pprof.h) */
+	REPORT_JSON,        /* docs/json.md */
 };
 
 /* What the header of a report states besides the profile itself. */
@@ -73,6 +74,14 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
  * an integer; with `live`, the estimated bytes still alive at the end
  * instead (stacks with none are left out).  Returns 0 or -EIO. */
 int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods, bool live);
+
+/* Write the recording as one JSON document, schema "camlheap-report"
+ * version 1 (docs/json.md): run metadata, totals, census totals, stacks
+ * (frames innermost first, inline chains expanded) and sites (kind, stack
+ * index, Comballoc index, samples, estimated bytes with a 95 % Poisson
+ * interval, estimated objects, live figures).  Estimates: bytes = samples
+ * / lambda * 8.  Written with json-glib.  Returns 0 or -EIO. */
+int report_write_json(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods);
 
 /* Human-readable byte count ("1.5 MiB") into buf. */
 const char *report_format_bytes(double bytes, char *buf, size_t len);
