@@ -166,3 +166,47 @@ def test_json_is_consistent_and_matches_the_truth():
     chtest.check_binomial(live, truth[("live", "leak")], rate, "json live Leak.leak")
     for st in stacks:
         assert st["frames"] and all("function" in f for f in st["frames"])
+
+
+def _json_run(args, rate=1e-3):
+    d = chtest.tmpdir()
+    path = os.path.join(d, "r.json")
+    rc, so, se = chtest.run_record(["--rate", repr(rate), "--format", "json", "-o", path], [fixture("leak")] + args)
+    assert rc == 0, se
+    return path
+
+
+def _diff(a, b):
+    p = subprocess.run([chtest.CAMLHEAP, "diff", a, b, "--top", "1000"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    assert p.returncode == 0, p.stderr
+    text = p.stdout.decode()
+    flagged = [l for l in text.splitlines() if l.endswith("SIGNIFICANT")]
+    m = re.search(r"^result\s+(\d+) sites? changed significantly", text, re.M)
+    assert m and int(m.group(1)) == len(flagged), text
+    return text, flagged
+
+
+def test_diff_same_program_flags_nothing():
+    # two runs of one program: every site's samples split as the rates
+    # say; at a family-wise 1 % nothing is flagged (this fails 1 % of the
+    # time by design, at most)
+    a, b = _json_run(["n=3"]), _json_run(["n=3"])
+    text, flagged = _diff(a, b)
+    assert not flagged, text
+
+
+def test_diff_flags_exactly_the_doubled_site():
+    a, b = _json_run(["n=3"]), _json_run(["n=3", "x2"])
+    text, flagged = _diff(a, b)
+    assert len(flagged) == 1 and "Leak.churn_major" in flagged[0], text
+    assert re.search(r"\+\d+%", flagged[0]), flagged[0]
+
+
+def test_diff_rejects_what_is_not_a_recording():
+    d = chtest.tmpdir()
+    bad = os.path.join(d, "x.json")
+    with open(bad, "w") as f:
+        f.write('{"hello": 1}')
+    p = subprocess.run([chtest.CAMLHEAP, "diff", bad, bad], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.returncode == 2 and b"not a camlheap recording" in p.stderr, p.stderr

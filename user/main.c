@@ -9,6 +9,7 @@
 
 #include "camlheap.h"
 #include "record.h"
+#include "diff.h"
 
 const char *argp_program_version = "camlheap 0.1";
 const char *argp_program_bug_address = "the camlheap issue tracker";
@@ -242,6 +243,58 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 	return 0;
 }
 
+static const char diff_doc[] =
+	"Compare two recordings written with `camlheap record --format json`: per allocation site "
+	"(matched by kind and source stack), the allocated and live bytes in each, the change, and "
+	"whether it is significant given the sampling variance (a binomial test on how the site's "
+	"samples split between the runs, the rates accounted for; Bonferroni over the sites at "
+	"--alpha).\n"
+	"\n"
+	"  camlheap diff A.json B.json [-o FILE] [--top N] [--alpha A]";
+
+static const struct argp_option diff_options[] = {
+	{ "output", 'o', "FILE", 0, "Write the table to FILE (via a temporary file and rename; default stdout)", 0 },
+	{ "top", 'n', "N", 0, "Sites shown (default 30)", 0 },
+	{ "alpha", 'a', "A", 0, "Family-wise significance level, 0 < A < 1 (default 0.01)", 0 },
+	{ 0 }
+};
+
+static error_t diff_parse(int key, char *arg, struct argp_state *state)
+{
+	struct diff_opts *o = state->input;
+	long v;
+
+	switch (key) {
+	case 'o':
+		o->output = arg;
+		break;
+	case 'n':
+		if (parse_long(arg, &v) || v < 1 || v > 1000000)
+			argp_error(state, "invalid --top '%s' (1..1000000 sites)", arg);
+		o->top = (int)v;
+		break;
+	case 'a':
+		if (parse_double(arg, &o->alpha) || !(o->alpha > 0 && o->alpha < 1))
+			argp_error(state, "invalid --alpha '%s' (0 < A < 1)", arg);
+		break;
+	case ARGP_KEY_ARG:
+		if (!o->a)
+			o->a = arg;
+		else if (!o->b)
+			o->b = arg;
+		else
+			argp_error(state, "diff takes two recordings");
+		break;
+	case ARGP_KEY_END:
+		if (!o->b)
+			argp_error(state, "diff takes two recordings: camlheap diff A.json B.json");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: camlheap COMMAND [OPTIONS]\n"
@@ -249,6 +302,7 @@ static void usage(FILE *f)
 		   "Commands:\n"
 		   "  record   sample a running (-p PID) or launched (-- CMD ARGS) native OCaml program\n"
 		   "  census   what is alive in a running program's heap, by allocation site, and leak suspects\n"
+		   "  diff     compare two JSON recordings, site by site, with a significance flag\n"
 		   "\n"
 		   "'camlheap record --help' and 'camlheap census --help' list the options.\n");
 }
@@ -277,6 +331,15 @@ int main(int argc, char **argv)
 		if (argp_parse(&argp, argc - 1, argv + 1, ARGP_IN_ORDER, NULL, &o))
 			return 2;
 		return record_run(&o);
+	}
+	if (!strcmp(argv[1], "diff")) {
+		struct diff_opts o = { .top = 30, .alpha = 0.01 };
+		struct argp argp = { diff_options, diff_parse, "A.json B.json", diff_doc, NULL, NULL, NULL };
+
+		argv[1] = "camlheap diff";
+		if (argp_parse(&argp, argc - 1, argv + 1, 0, NULL, &o))
+			return 2;
+		return diff_run(&o);
 	}
 	if (!strcmp(argv[1], "census")) {
 		struct record_opts o = {

@@ -1,0 +1,33 @@
+/* diff.h -- `camlheap diff A.json B.json`: per-site change in allocated and
+ * live bytes between two recordings (their --format json documents,
+ * docs/json.md), each flagged significant or not from the sampling
+ * variance.
+ */
+#ifndef CH_DIFF_H
+#define CH_DIFF_H
+
+#include <stdio.h>
+
+struct diff_opts {
+	const char *a, *b;  /* the two JSON recordings */
+	const char *output; /* file, or NULL / "-" for stdout */
+	int top;            /* sites shown */
+	double alpha;       /* family-wise significance level, 0 < alpha < 1 */
+};
+
+/* The significance test of one site: k1 samples in A at rate l1, k2 in B
+ * at rate l2.  Under "same allocated words" the two counts are Poisson
+ * with means l1*W and l2*W, so given n = k1 + k2, k1 is Binomial(n,
+ * l1/(l1+l2)); returns the z score of k1 (0 when n = 0).  A site is flagged
+ * when |z| exceeds the two-sided normal quantile at alpha / m (Bonferroni
+ * over the m sites compared). */
+double diff_site_z(double k1, double l1, double k2, double l2);
+
+/* Run the command: read both documents, match sites by kind and printed
+ * stack (function, file, line of every frame, and the allocation's own
+ * position), write the table.  Returns the process exit status: 0, 2 for
+ * unreadable input (message on stderr), 1 if the output could not be
+ * written. */
+int diff_run(const struct diff_opts *o);
+
+#endif
