@@ -210,3 +210,45 @@ def test_diff_rejects_what_is_not_a_recording():
         f.write('{"hello": 1}')
     p = subprocess.run([chtest.CAMLHEAP, "diff", bad, bad], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.returncode == 2 and b"not a camlheap recording" in p.stderr, p.stderr
+
+
+def test_pprof_without_census_and_with_cut_stacks():
+    d = chtest.tmpdir()
+    pb = os.path.join(d, "p.pb.gz")
+    rc, so, se = chtest.run_record(["--rate", "1e-3", "--no-census", "--max-depth", "100", "--format", "pprof",
+                                    "-o", pb], [fixture("chain"), "deep", "n=50"])
+    assert rc == 0, se
+    prof = decode_pprof(pb)
+    strings = prof["string_table"]
+    types = [strings[t["type"][0]] for t in prof["sample_type"]]
+    assert types == ["alloc_objects", "alloc_space"], types  # no in-use figures without the census
+    assert all(len(smp["value"]) == 2 for smp in prof["sample"])
+    funcs = {f["id"][0]: strings[f["name"][0]] for f in prof["function"]}
+    locs = {l["id"][0]: l for l in prof["location"]}
+    cut = 0
+    for smp in prof["sample"]:
+        names = [funcs[locs[i]["line"][0]["function_id"][0]] for i in smp["location_id"]]
+        if names.count("Chain.recurse") >= 90:  # the 700-frame recursion, cut at 100
+            assert names[-1] == "[stack walk ended: depth limit]", names[-3:]
+            cut += 1
+    assert cut > 0
+
+
+def test_diff_checks_its_input_and_counts_absent_sites_as_not_live():
+    d = chtest.tmpdir()
+    bad = os.path.join(d, "bad.json")
+    with open(bad, "w") as f:
+        f.write('{"format":"camlheap-report","version":1,"run":{"rate":0.001},"sites":[{"samples":"x"}]}')
+    good = _json_run(["n=2"])
+    p = subprocess.run([chtest.CAMLHEAP, "diff", bad, good], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.returncode == 2 and b"not a valid camlheap recording" in p.stderr and b"CRITICAL" not in p.stderr, \
+        p.stderr
+    # a site only in A: its live bytes in B are 0, and shown
+    import json
+    doc = json.load(open(good))
+    doc["sites"] = [s for s in doc["sites"] if s["allocation"].get("function") != "Leak.leak_one"]
+    other = os.path.join(d, "other.json")
+    json.dump(doc, open(other, "w"))
+    text, flagged = _diff(good, other)
+    rows = [l for l in text.splitlines() if "Leak.leak_one" in l]
+    assert rows and all(" 0 B " in r and "SIGNIFICANT" in r for r in rows), rows

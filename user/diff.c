@@ -31,7 +31,96 @@ struct doc {
 	JsonParser *parser;
 	JsonObject *root;
 	double rate;
+	bool census;        /* live figures present: a site absent from it has 0 live */
 };
+
+static bool is_int(JsonObject *o, const char *name, bool nonneg)
+{
+	JsonNode *n = o ? json_object_get_member(o, name) : NULL;
+
+	return n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_INT64 &&
+	       (!nonneg || json_node_get_int(n) >= 0);
+}
+
+static bool is_str_or_null(JsonObject *o, const char *name)
+{
+	JsonNode *n = o ? json_object_get_member(o, name) : NULL;
+
+	return !n || JSON_NODE_HOLDS_NULL(n) ||
+	       (JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING);
+}
+
+/* The parts of docs/json.md diff relies on, checked before any is read
+ * (json-glib's getters assert on a wrong type). */
+static const char *check_doc(JsonObject *root)
+{
+	JsonNode *n;
+	JsonArray *sites, *stacks = NULL;
+	guint nstacks = 0;
+	static char why[160];
+
+	n = json_object_get_member(root, "run");
+	if (!n || !JSON_NODE_HOLDS_OBJECT(n))
+		return "no \"run\" object";
+	n = json_object_get_member(json_node_get_object(n), "rate");
+	if (!n || !JSON_NODE_HOLDS_VALUE(n) ||
+	    (json_node_get_value_type(n) != G_TYPE_DOUBLE && json_node_get_value_type(n) != G_TYPE_INT64))
+		return "no numeric run.rate";
+	n = json_object_get_member(root, "sites");
+	if (!n || !JSON_NODE_HOLDS_ARRAY(n))
+		return "no \"sites\" array";
+	sites = json_node_get_array(n);
+	n = json_object_get_member(root, "stacks");
+	if (n && !JSON_NODE_HOLDS_ARRAY(n))
+		return "\"stacks\" is not an array";
+	if (n) {
+		stacks = json_node_get_array(n);
+		nstacks = json_array_get_length(stacks);
+	}
+	n = json_object_get_member(root, "census");
+	if (n && !JSON_NODE_HOLDS_NULL(n) && !JSON_NODE_HOLDS_OBJECT(n))
+		return "\"census\" is neither null nor an object";
+	for (guint i = 0; i < nstacks; i++) {
+		JsonNode *sn = json_array_get_element(stacks, i);
+		JsonNode *fr = JSON_NODE_HOLDS_OBJECT(sn) ? json_object_get_member(json_node_get_object(sn), "frames") : NULL;
+
+		if (!fr || !JSON_NODE_HOLDS_ARRAY(fr)) {
+			snprintf(why, sizeof(why), "stack %u has no frames array", i);
+			return why;
+		}
+		for (guint j = 0; j < json_array_get_length(json_node_get_array(fr)); j++) {
+			JsonNode *f = json_array_get_element(json_node_get_array(fr), j);
+
+			if (!JSON_NODE_HOLDS_OBJECT(f) || !is_str_or_null(json_node_get_object(f), "function") ||
+			    !is_str_or_null(json_node_get_object(f), "file") ||
+			    (json_object_has_member(json_node_get_object(f), "line") &&
+			     !is_int(json_node_get_object(f), "line", true))) {
+				snprintf(why, sizeof(why), "stack %u frame %u is malformed", i, j);
+				return why;
+			}
+		}
+	}
+	for (guint i = 0; i < json_array_get_length(sites); i++) {
+		JsonNode *sn = json_array_get_element(sites, i);
+		JsonObject *s = JSON_NODE_HOLDS_OBJECT(sn) ? json_node_get_object(sn) : NULL;
+		JsonNode *st = s ? json_object_get_member(s, "stack") : NULL;
+		JsonNode *al = s ? json_object_get_member(s, "allocation") : NULL;
+		JsonNode *lv = s ? json_object_get_member(s, "live") : NULL;
+
+		if (!s || !is_int(s, "samples", true) || !is_str_or_null(s, "kind") ||
+		    (st && !JSON_NODE_HOLDS_NULL(st) &&
+		     !(is_int(s, "stack", true) && json_node_get_int(st) < (gint64)nstacks)) ||
+		    (al && (!JSON_NODE_HOLDS_OBJECT(al) || !is_str_or_null(json_node_get_object(al), "function") ||
+			    !is_str_or_null(json_node_get_object(al), "file") ||
+			    (json_object_has_member(json_node_get_object(al), "line") &&
+			     !is_int(json_node_get_object(al), "line", true)))) ||
+		    (lv && (!JSON_NODE_HOLDS_OBJECT(lv) || !is_int(json_node_get_object(lv), "samples", true)))) {
+			snprintf(why, sizeof(why), "site %u is malformed (samples, stack, allocation or live)", i);
+			return why;
+		}
+	}
+	return NULL;
+}
 
 double diff_site_z(double k1, double l1, double k2, double l2)
 {
@@ -65,8 +154,17 @@ static int load(const char *path, struct doc *d)
 		return -1;
 	}
 	d->root = json_node_get_object(root);
-	d->rate = json_object_get_double_member_with_default(
-		json_object_get_object_member(d->root, "run"), "rate", 0);
+	{
+		const char *why = check_doc(d->root);
+
+		if (why) {
+			fprintf(stderr, "camlheap: %s is not a valid camlheap recording: %s\n", path, why);
+			return -1;
+		}
+	}
+	d->rate = json_node_get_double(json_object_get_member(json_object_get_object_member(d->root, "run"), "rate"));
+	d->census = json_object_has_member(d->root, "census") &&
+		    JSON_NODE_HOLDS_OBJECT(json_object_get_member(d->root, "census"));
 	if (!(d->rate > 0 && d->rate <= 1)) {
 		fprintf(stderr, "camlheap: %s has no valid run.rate\n", path);
 		return -1;
@@ -76,7 +174,7 @@ static int load(const char *path, struct doc *d)
 
 /* The key of a site: kind, allocation position, then every frame's
  * function, file and line (addresses differ between runs; source does not). */
-static char *site_key(JsonObject *site, JsonArray *stacks, char **label)
+static char *site_key(JsonObject *site, JsonArray *stacks, char **label, int by_stack)
 {
 	GString *k = g_string_new(json_object_get_string_member_with_default(site, "kind", "?"));
 	JsonObject *alloc = json_object_get_object_member(site, "allocation");
@@ -90,7 +188,18 @@ static char *site_key(JsonObject *site, JsonArray *stacks, char **label)
 	*label = g_strdup_printf("%-9s %s (%s:%" G_GINT64_FORMAT ")",
 				 json_object_get_string_member_with_default(site, "kind", "?"), fn,
 				 file ? file : "?", line);
-	if (st && JSON_NODE_HOLDS_VALUE(st)) {
+	if (by_stack && st && JSON_NODE_HOLDS_VALUE(st)) {
+		char *l2;
+
+		/* the stack distinguishes rows that print alike: show its id */
+		if (stacks && json_node_get_int(st) < json_array_get_length(stacks)) {
+			l2 = g_strdup_printf("%s [stack %s]", *label,
+					     json_object_get_string_member_with_default(
+						     json_array_get_object_element(stacks, (guint)json_node_get_int(st)),
+						     "id", "?"));
+			g_free(*label);
+			*label = l2;
+		}
 		int64_t ix = json_node_get_int(st);
 
 		if (ix >= 0 && (guint)ix < json_array_get_length(stacks)) {
@@ -107,11 +216,19 @@ static char *site_key(JsonObject *site, JsonArray *stacks, char **label)
 						       json_object_get_int_member_with_default(f, "line", 0));
 			}
 		}
+	} else if (by_stack) {
+		g_string_append(k, ";[stack frames lost]");
+		{
+			char *l2 = g_strdup_printf("%s [stack frames lost]", *label);
+
+			g_free(*label);
+			*label = l2;
+		}
 	}
 	return g_string_free(k, FALSE);
 }
 
-static void add_sites(struct doc *d, int which, GHashTable *rows)
+static void add_sites(struct doc *d, int which, GHashTable *rows, int by_stack)
 {
 	JsonArray *sites = json_object_get_array_member(d->root, "sites");
 	JsonArray *stacks = json_object_get_array_member(d->root, "stacks");
@@ -119,7 +236,7 @@ static void add_sites(struct doc *d, int which, GHashTable *rows)
 	for (guint i = 0; sites && i < json_array_get_length(sites); i++) {
 		JsonObject *s = json_array_get_object_element(sites, i);
 		char *label;
-		char *key = site_key(s, stacks, &label);
+		char *key = site_key(s, stacks, &label, by_stack);
 		struct row *r = g_hash_table_lookup(rows, key);
 		JsonObject *live = json_object_has_member(s, "live") ? json_object_get_object_member(s, "live") : NULL;
 
@@ -132,13 +249,11 @@ static void add_sites(struct doc *d, int which, GHashTable *rows)
 			g_free(key);
 			g_free(label);
 		}
-		/* sites that print alike in one run add up (as in the text report) */
+		/* sites with one key in one run add up (as in the text report) */
 		r->s[which].present = true;
 		r->s[which].samples += (double)json_object_get_int_member_with_default(s, "samples", 0);
-		if (live) {
-			r->s[which].has_live = true;
+		if (live)
 			r->s[which].live += (double)json_object_get_int_member_with_default(live, "samples", 0);
-		}
 	}
 }
 
@@ -186,8 +301,8 @@ int diff_run(const struct diff_opts *o)
 
 	if (load(o->a, &d[0]) < 0 || load(o->b, &d[1]) < 0)
 		goto done;
-	add_sites(&d[0], 0, rows);
-	add_sites(&d[1], 1, rows);
+	add_sites(&d[0], 0, rows, o->by_stack);
+	add_sites(&d[1], 1, rows, o->by_stack);
 	v = calloc(g_hash_table_size(rows) + 1, sizeof(*v));
 	if (!v)
 		goto done;
@@ -196,6 +311,8 @@ int diff_run(const struct diff_opts *o)
 		struct row *r = val;
 
 		for (int i = 0; i < 2; i++) {
+			/* a run with a census has 0 live at a site it lacks */
+			r->s[i].has_live = d[i].census;
 			r->s[i].bytes = r->s[i].samples / d[i].rate * 8.0;
 			r->s[i].live_bytes = r->s[i].live / d[i].rate * 8.0;
 		}
@@ -248,11 +365,20 @@ int diff_run(const struct diff_opts *o)
 			fprintf(out.f, " %-12s %-12s %7s ", "-", "-", "-");
 		fprintf(out.f, " %s%s\n", r->label, r->sig_alloc || r->sig_live ? "  SIGNIFICANT" : "");
 	}
-	if (ferror(out.f)) {
-		outfile_abort(&out);
-		status = 1;
-	} else {
-		status = outfile_commit(&out) < 0 ? 1 : 0;
+	{
+		int e = ferror(out.f) ? (errno ? errno : EIO) : 0;
+
+		if (e) {
+			outfile_abort(&out);
+		} else {
+			int r = outfile_commit(&out);
+
+			e = r < 0 ? -r : 0;
+		}
+		if (e)
+			fprintf(stderr, "camlheap: cannot write the diff to %s: %s\n", o->output ? o->output : "stdout",
+				strerror(e));
+		status = e ? 1 : 0;
 	}
 done:
 	if (v)

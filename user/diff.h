@@ -13,6 +13,7 @@ struct diff_opts {
 	const char *output; /* file, or NULL / "-" for stdout */
 	int top;            /* sites shown */
 	double alpha;       /* family-wise significance level, 0 < alpha < 1 */
+	int by_stack;       /* match sites by their whole source stack, not by allocation position */
 };
 
 /* The significance test of one site: k1 samples in A at rate l1, k2 in B
@@ -23,9 +24,11 @@ struct diff_opts {
  * over the m sites compared). */
 double diff_site_z(double k1, double l1, double k2, double l2);
 
-/* Run the command: read both documents, match sites by kind and printed
- * stack (function, file, line of every frame, and the allocation's own
- * position), write the table.  Returns the process exit status: 0, 2 for
+/* Run the command: read and check both documents, match sites by kind and
+ * the allocation's own source position (or, with by_stack, also every
+ * frame's function, file and line: stacks that differ between runs only
+ * below the allocation, as finalisers run from whichever allocation
+ * triggered the GC, then count as different sites), write the table.  Returns the process exit status: 0, 2 for
  * unreadable input (message on stderr), 1 if the output could not be
  * written. */
 int diff_run(const struct diff_opts *o);

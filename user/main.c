@@ -250,12 +250,16 @@ static const char diff_doc[] =
 	"samples split between the runs, the rates accounted for; Bonferroni over the sites at "
 	"--alpha).\n"
 	"\n"
-	"  camlheap diff A.json B.json [-o FILE] [--top N] [--alpha A]";
+	"  camlheap diff A.json B.json [-o FILE] [--top N] [--alpha A] [--by line|stack]";
 
 static const struct argp_option diff_options[] = {
 	{ "output", 'o', "FILE", 0, "Write the table to FILE (via a temporary file and rename; default stdout)", 0 },
 	{ "top", 'n', "N", 0, "Sites shown (default 30)", 0 },
 	{ "alpha", 'a', "A", 0, "Family-wise significance level, 0 < A < 1 (default 0.01)", 0 },
+	{ "by", 'b', "WHAT", 0,
+	  "Match sites by: line (default: kind and the allocation's source position) or stack (the "
+	  "whole source stack; finalisers and callbacks then differ run to run)",
+	  0 },
 	{ 0 }
 };
 
@@ -276,6 +280,14 @@ static error_t diff_parse(int key, char *arg, struct argp_state *state)
 	case 'a':
 		if (parse_double(arg, &o->alpha) || !(o->alpha > 0 && o->alpha < 1))
 			argp_error(state, "invalid --alpha '%s' (0 < A < 1)", arg);
+		break;
+	case 'b':
+		if (!strcmp(arg, "line"))
+			o->by_stack = 0;
+		else if (!strcmp(arg, "stack"))
+			o->by_stack = 1;
+		else
+			argp_error(state, "unknown --by '%s' (line or stack)", arg);
 		break;
 	case ARGP_KEY_ARG:
 		if (!o->a)

@@ -116,6 +116,45 @@ static uint64_t location_id(struct builder *b, uint64_t pc, unsigned alloc_idx)
 	return loc->id;
 }
 
+static const char *const term_names[CH_TERM__COUNT] = {
+	[CH_TERM_CLEAN] = "clean",
+	[CH_TERM_UNKNOWN_PC] = "unknown pc",
+	[CH_TERM_READ_ERROR] = "read error",
+	[CH_TERM_DEPTH] = "depth limit",
+};
+
+/* A location of its own (no address, no mapping) whose one frame is
+ * "[stack walk ended: <why>]", one per reason. */
+static uint64_t marker_location(struct builder *b, unsigned term)
+{
+	uint64_t key = 0xFF00000000000000ULL | term; /* no return address looks like this */
+	Perftools__Profiles__Location *loc = g_hash_table_lookup(b->locations, &key);
+	Perftools__Profiles__Line *l;
+	struct sym_frame f = { 0 };
+	char name[64];
+
+	if (loc)
+		return loc->id;
+	loc = own(b, calloc(1, sizeof(*loc)));
+	l = own(b, calloc(1, sizeof(*l)));
+	if (!loc || !l)
+		return 0;
+	perftools__profiles__location__init(loc);
+	perftools__profiles__line__init(l);
+	loc->line = own(b, calloc(1, sizeof(*loc->line)));
+	if (!loc->line)
+		return 0;
+	snprintf(name, sizeof(name), "[stack walk ended: %s]", term < CH_TERM__COUNT ? term_names[term] : "?");
+	f.function = name;
+	l->function_id = function_id(b, &f);
+	loc->id = b->location_v->len + 1;
+	loc->line[0] = l;
+	loc->n_line = 1;
+	g_ptr_array_add(b->location_v, loc);
+	g_hash_table_insert(b->locations, g_memdup2(&key, sizeof(key)), loc);
+	return loc->id;
+}
+
 static guint bytes_hash(gconstpointer k)
 {
 	return g_bytes_hash(k);
@@ -202,7 +241,7 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		vtp[i] = &vt[i];
 	}
 	prof.sample_type = vtp;
-	prof.n_sample_type = 4;
+	prof.n_sample_type = m->census ? 4 : 2; /* without the census there is no in-use figure */
 	period_type.type = str_ix(&b, "space");
 	period_type.unit = str_ix(&b, "bytes");
 	prof.period_type = &period_type;
@@ -254,7 +293,8 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		Perftools__Profiles__Label **labels = own(&b, calloc(1, sizeof(*labels)));
 		int64_t *v = own(&b, calloc(4, sizeof(*v)));
 		uint32_t nf = s->stack ? s->stack->nframes : 0;
-		uint64_t *ids = own(&b, calloc(nf ? nf : 1, sizeof(*ids)));
+		bool cut = s->stack && s->stack->term != CH_TERM_CLEAN;
+		uint64_t *ids = own(&b, calloc(nf + 1, sizeof(*ids)));
 
 		if (!smp || !kind || !labels || !v || !ids) {
 			ret = -ENOMEM;
@@ -267,13 +307,15 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 			if (id)
 				ids[smp->n_location_id++] = id;
 		}
+		if (cut) /* the walk stopped early: say so as the outermost frame, not as a root */
+			ids[smp->n_location_id++] = marker_location(&b, s->stack->term);
 		smp->location_id = ids;
 		v[1] = llround(profile_estimate_words(p, s->samples) * 8.0);
 		v[0] = objects(s->est_objects, v[1]);
 		v[3] = llround(profile_estimate_words(p, s->live_samples) * 8.0);
 		v[2] = objects(s->live_est_objects, v[3]);
 		smp->value = v;
-		smp->n_value = 4;
+		smp->n_value = prof.n_sample_type;
 		perftools__profiles__label__init(kind);
 		kind->key = str_ix(&b, "kind");
 		kind->str = str_ix(&b, s->kind < CH_KIND__COUNT ? kind_names[s->kind] : "?");

@@ -20,12 +20,13 @@ struct pprof_meta {
 };
 
 /* Write `p` as a gzip-compressed pprof Profile to `out`.  Sample types, in
- * order: alloc_objects/count, alloc_space/bytes, inuse_objects/count,
- * inuse_space/bytes, all already scaled (unsampled): bytes = samples /
+ * order: alloc_objects/count, alloc_space/bytes, and with the census
+ * inuse_objects/count, inuse_space/bytes, all already scaled (unsampled): bytes = samples /
  * lambda * 8, objects = sum over sampled blocks of 1/(1-(1-lambda)^words)
  * (formats.md §4); a site with bytes > 0 has at least one object.  One
  * Sample per allocation site (location ids innermost first, a `kind`
- * label), one Location per distinct return address (and Comballoc index at
+ * label; a stack whose walk ended early gets an outermost frame
+ * "[stack walk ended: <why>]"), one Location per distinct return address (and Comballoc index at
  * the leaf) with its inline chain as lines, one Function per (name, file),
  * one Mapping per module (executable first) with its GNU build id.
  * period_type space/bytes, period = 8 / lambda.  Returns 0 or -errno

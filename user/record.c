@@ -318,8 +318,10 @@ static int write_report(const struct record_opts *o, const struct profile *prof,
 		};
 		char comment[512];
 
-		snprintf(comment, sizeof(comment), "camlheap record of PID %d (%s, OCaml %s), rate %g, executor %s",
-			 meta->pid, meta->exe, meta->ocaml_version, prof->rate, meta->executor);
+		snprintf(comment, sizeof(comment), "camlheap record of PID %d (%s, OCaml %s), rate %g, executor %s%s%s",
+			 meta->pid, meta->exe, meta->ocaml_version, prof->rate, meta->executor,
+			 meta->minor_off_why ? "; minor heap not sampled: " : "",
+			 meta->minor_off_why ? meta->minor_off_why : "");
 		pm.comment = comment;
 		ret = pprof_write(out.f, prof, &t->mods, &pm);
 	}
