@@ -94,8 +94,10 @@ def test_minor_agrees_with_in_process_memprof():
         n2 = sum(mp.get(line, 0) for line in lines)
         assert n1 + n2 > 0, site
         z = (n1 - n2) / math.sqrt(n1 + n2)
-        assert abs(z) <= zcrit, "%s: camlheap %d vs Gc.Memprof %d samples (z = %.2f, limit %.2f)" % (
-            site, n1, n2, z, zcrit)
+        # on failure, what might explain it: missed points, walks, drops
+        assert abs(z) <= zcrit, "%s: camlheap %d vs Gc.Memprof %d samples (z = %.2f, limit %.2f); minor: %s; " \
+            "stacks: %s; samples: %s" % (site, n1, n2, z, zcrit, rep.header.get("minor"), rep.header.get("stacks"),
+                                          rep.header.get("samples"))
 
 
 # Without systhreads the fixture is deterministic (finalisers run at points
