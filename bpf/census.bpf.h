@@ -271,17 +271,17 @@ static __always_inline void census_major_pass(struct ch_proc *p, struct census_p
 	p->pending_n = s->pending;
 }
 
-/* Append a young entry to the major array at address `addr`, as seen by
- * pass `s`, with `state`.  NULL if the array is full. */
-static __always_inline struct ch_tracked *census_major_push(struct ch_proc *p, struct census_pass *s,
-							     const struct ch_tracked *e, __u64 addr, __u32 state)
+/* Append a young entry to the major array (filled up to s->n during a
+ * minor pass) at address `addr`, with `state`.  NULL if the array is full. */
+static __always_inline struct ch_tracked *census_major_push(struct census_pass *s, const struct ch_tracked *e,
+							     __u64 addr, __u32 state)
 {
-	__u32 mi = p->major_n;
+	__u32 mi = s->n;
 	struct ch_tracked *m = bpf_map_lookup_elem(&major_tracked, &mi);
 
 	if (!m)
 		return NULL;
-	p->major_n = mi + 1;
+	s->n = mi + 1;
 	m->addr = addr;
 	m->sample_id = e->sample_id;
 	m->tgid = e->tgid;
@@ -294,17 +294,18 @@ static __always_inline struct ch_tracked *census_major_push(struct ch_proc *p, s
 	return m;
 }
 
-/* One young entry at a minor collection. */
+/* One young entry at a minor collection.  The major array's fill and the
+ * pending count live in the pass state (s->n, s->pending) for the whole
+ * loop, not in the process entry: no lookup per entry. */
 static long census_young_step(__u32 i, void *unused)
 {
 	__u32 zero = 0;
 	struct census_pass *s = bpf_map_lookup_elem(&census_state, &zero);
-	struct ch_proc *p = current_proc();
 	struct ch_tracked *e, *m;
 	__u64 hd = 1, to = 0;
 	__u8 fate = CH_FATE_DEAD_MINOR;
 
-	if (!s || !p || i >= s->young_n)
+	if (!s || i >= s->young_n)
 		return 1;
 	e = bpf_map_lookup_elem(&young_tracked, &i);
 	if (!e)
@@ -323,7 +324,7 @@ static long census_young_step(__u32 i, void *unused)
 		fate = CH_FATE_UNKNOWN;
 	} else if (hd == 0) {
 		/* promoted: the block now lives at Field(v, 0) */
-		m = census_major_push(p, s, e, to, 0);
+		m = census_major_push(s, e, to, 0);
 		if (!m) {
 			count(CH_CNT_TRACK_FULL, 1);
 			fate = CH_FATE_UNTRACKED;
@@ -331,19 +332,19 @@ static long census_young_step(__u32 i, void *unused)
 			if (emit_fate(CH_FATE_PROMOTE, e->sample_id, to, s->now_ns, s->minor_gcs, s->major_gcs, e->tgid,
 				      0)) {
 				m->state = CH_TRK_PEND_PROMOTE;
-				p->pending_n++;
+				s->pending++;
 			}
 			return 0;
 		}
 	}
 	if (emit_fate(fate, e->sample_id, e->addr, s->now_ns, s->minor_gcs, s->major_gcs, e->tgid, 0)) {
 		/* keep it, dead, in the major array until the event is sent */
-		if (!census_major_push(p, s, e, e->addr,
+		if (!census_major_push(s, e, e->addr,
 				       CH_TRK_DEAD | CH_TRK_PEND_FATE | ((__u32)fate << CH_TRK_FATE_SHIFT))) {
 			count(CH_CNT_DROPPED, 1);
 			return 0;
 		}
-		p->pending_n++;
+		s->pending++;
 	}
 	return 0;
 }
@@ -371,7 +372,11 @@ int on_minor_update(struct pt_regs *ctx)
 	s->young_n = p->young_n;
 	if (s->young_n) {
 		count(CH_CNT_YOUNG_CHECKED, s->young_n);
+		s->n = p->major_n;
+		s->pending = p->pending_n;
 		bpf_loop(s->young_n, census_young_step, NULL, 0);
+		p->major_n = s->n;
+		p->pending_n = s->pending;
 		p->young_n = 0;
 	}
 	count(CH_CNT_CENSUS_MINOR_NS, bpf_ktime_get_ns() - t0);
