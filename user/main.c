@@ -3,6 +3,7 @@
 #include <argp.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,6 +320,25 @@ static void usage(FILE *f)
 		   "'camlheap record --help' and 'camlheap census --help' list the options.\n");
 }
 
+/* `record` and `census` share their options and their run. */
+static int record_command(int argc, char **argv, bool census)
+{
+	struct record_opts o = {
+		.rate = census ? 1e-4 : 1e-5,
+		.top = 20,
+		.max_frames = CH_DEFAULT_FRAMES,
+		.format = REPORT_TEXT,
+		.census = census,
+	};
+	struct argp argp = { census ? census_options : record_options, record_parse, NULL,
+			     census ? census_doc : record_doc, NULL, NULL, NULL };
+
+	argv[1] = census ? "camlheap census" : "camlheap record";
+	if (argp_parse(&argp, argc - 1, argv + 1, ARGP_IN_ORDER, NULL, &o))
+		return 2;
+	return record_run(&o);
+}
+
 int main(int argc, char **argv)
 {
 	argp_err_exit_status = 2;
@@ -330,20 +350,8 @@ int main(int argc, char **argv)
 		printf("%s\n", argp_program_version);
 		return 0;
 	}
-	if (!strcmp(argv[1], "record")) {
-		struct record_opts o = {
-			.rate = 1e-5,
-			.top = 20,
-			.max_frames = CH_DEFAULT_FRAMES,
-			.format = REPORT_TEXT,
-		};
-		struct argp argp = { record_options, record_parse, NULL, record_doc, NULL, NULL, NULL };
-
-		argv[1] = "camlheap record";
-		if (argp_parse(&argp, argc - 1, argv + 1, ARGP_IN_ORDER, NULL, &o))
-			return 2;
-		return record_run(&o);
-	}
+	if (!strcmp(argv[1], "record"))
+		return record_command(argc, argv, false);
 	if (!strcmp(argv[1], "diff")) {
 		struct diff_opts o = { .top = 30, .alpha = 0.01 };
 		struct argp argp = { diff_options, diff_parse, "A.json B.json", diff_doc, NULL, NULL, NULL };
@@ -353,21 +361,8 @@ int main(int argc, char **argv)
 			return 2;
 		return diff_run(&o);
 	}
-	if (!strcmp(argv[1], "census")) {
-		struct record_opts o = {
-			.rate = 1e-4,
-			.top = 20,
-			.max_frames = CH_DEFAULT_FRAMES,
-			.format = REPORT_TEXT,
-			.census = true,
-		};
-		struct argp argp = { census_options, record_parse, NULL, census_doc, NULL, NULL, NULL };
-
-		argv[1] = "camlheap census";
-		if (argp_parse(&argp, argc - 1, argv + 1, ARGP_IN_ORDER, NULL, &o))
-			return 2;
-		return record_run(&o);
-	}
+	if (!strcmp(argv[1], "census"))
+		return record_command(argc, argv, true);
 	fprintf(stderr, "camlheap: unknown command '%s'\n\n", argv[1]);
 	usage(stderr);
 	return 2;

@@ -254,9 +254,13 @@ unsigned ocaml_runtime_plain_insn_len(const uint8_t *c, size_t len)
 	return n <= len ? (unsigned)n : 0;
 }
 
-/* A probe that reads no argument: on the first kernel-emulated
- * instruction reached from the entry through plain data instructions. */
-static int plan_argless_probe(const struct elf_image *img, const char *name, struct ocaml_probe_point *pp)
+/* Put the probe on the entry instruction if the kernel emulates it, else on
+ * the first emulated instruction reached through at most `steps`
+ * instructions that `step_over` accepts, within `window` bytes (a
+ * single-stepped uprobe costs ~29 us in this kind of VM against ~1 us,
+ * feasibility-4.13.md §2.2).  Otherwise on the entry, single-stepped. */
+static int plan_probe_over(const struct elf_image *img, const char *name, struct ocaml_probe_point *pp,
+			   unsigned (*step_over)(const uint8_t *, size_t), int steps, unsigned window)
 {
 	const struct elf_symbol *sym = elf_image_symbol(img, name);
 	const uint8_t *code;
@@ -267,15 +271,15 @@ static int plan_argless_probe(const struct elf_image *img, const char *name, str
 	pp->symbol = name;
 	pp->skipped = 0;
 	pp->emulated = false;
-	code = elf_image_data(img, sym->vaddr, 96);
+	code = elf_image_data(img, sym->vaddr, window + 16);
 	if (code) {
-		for (int step = 0; step < 16 && off < 80; step++) {
-			if (ocaml_runtime_insn_emulated(code + off, 96 - off)) {
+		for (int step = 0; step < steps && off < window; step++) {
+			if (ocaml_runtime_insn_emulated(code + off, window + 16 - off)) {
 				pp->emulated = true;
 				pp->skipped = off;
 				break;
 			}
-			unsigned n = ocaml_runtime_plain_insn_len(code + off, 96 - off);
+			unsigned n = step_over(code + off, window + 16 - off);
 			if (!n)
 				break;
 			off += n;
@@ -285,40 +289,20 @@ static int plan_argless_probe(const struct elf_image *img, const char *name, str
 	return elf_image_vaddr_to_offset(img, pp->vaddr, &pp->file_offset);
 }
 
-/* Put the probe on the entry instruction if the kernel emulates it, else on
- * the first emulated instruction within a few skippable ones (a
- * single-stepped uprobe costs ~29 us in this kind of VM against ~1 us,
- * feasibility-4.13.md §2.2; `caml_alloc_shr` starts with `mov %rdi,%rax`). */
+/* A probe whose arguments are read: only instructions that keep the
+ * argument registers are stepped over (`caml_alloc_shr` starts with
+ * `mov %rdi,%rax`). */
 static int plan_probe(const struct elf_image *img, const char *name, struct ocaml_probe_point *pp)
 {
-	const struct elf_symbol *sym = elf_image_symbol(img, name);
-	const uint8_t *code;
-	uint64_t at;
-	unsigned off = 0;
+	return plan_probe_over(img, name, pp, ocaml_runtime_skippable_insn, 4, 24);
+}
 
-	if (!sym || !sym->vaddr)
-		return -ENOENT;
-	pp->symbol = name;
-	pp->vaddr = sym->vaddr;
-	pp->skipped = 0;
-	pp->emulated = false;
-	code = elf_image_data(img, sym->vaddr, 32);
-	if (code) {
-		for (int step = 0; step < 4 && off < 24; step++) {
-			if (ocaml_runtime_insn_emulated(code + off, 32 - off)) {
-				pp->emulated = true;
-				pp->skipped = off;
-				break;
-			}
-			unsigned n = ocaml_runtime_skippable_insn(code + off, 32 - off);
-			if (!n)
-				break;
-			off += n;
-		}
-	}
-	at = sym->vaddr + pp->skipped;
-	pp->vaddr = at;
-	return elf_image_vaddr_to_offset(img, at, &pp->file_offset);
+/* A probe that reads no argument: any plain data instruction is stepped
+ * over, so the probe sits on the first emulated instruction the function
+ * always executes. */
+static int plan_argless_probe(const struct elf_image *img, const char *name, struct ocaml_probe_point *pp)
+{
+	return plan_probe_over(img, name, pp, ocaml_runtime_plain_insn_len, 16, 80);
 }
 
 static bool has_symbol(const struct elf_image *img, const char *name)

@@ -12,15 +12,10 @@
 #include <zlib.h>
 
 #include "profile.pb-c.h"
+#include "report.h"
 
 #define MAX_INLINE 16
 
-static const char *const kind_names[CH_KIND__COUNT] = {
-	[CH_KIND_MINOR] = "minor",
-	[CH_KIND_MAJOR] = "major",
-	[CH_KIND_CUSTOM] = "custom",
-	[CH_KIND_UNMARSHAL] = "unmarshal",
-};
 
 struct builder {
 	GHashTable *strings;   /* string -> index + 1 */
@@ -116,13 +111,6 @@ static uint64_t location_id(struct builder *b, uint64_t pc, unsigned alloc_idx)
 	return loc->id;
 }
 
-static const char *const term_names[CH_TERM__COUNT] = {
-	[CH_TERM_CLEAN] = "clean",
-	[CH_TERM_UNKNOWN_PC] = "unknown pc",
-	[CH_TERM_READ_ERROR] = "read error",
-	[CH_TERM_DEPTH] = "depth limit",
-};
-
 /* A location of its own (no address, no mapping) whose one frame is
  * "[stack walk ended: <why>]", one per reason. */
 static uint64_t marker_location(struct builder *b, unsigned term)
@@ -144,7 +132,7 @@ static uint64_t marker_location(struct builder *b, unsigned term)
 	loc->line = own(b, calloc(1, sizeof(*loc->line)));
 	if (!loc->line)
 		return 0;
-	snprintf(name, sizeof(name), "[stack walk ended: %s]", term < CH_TERM__COUNT ? term_names[term] : "?");
+	snprintf(name, sizeof(name), "[stack walk ended: %s]", report_term_name(term));
 	f.function = name;
 	l->function_id = function_id(b, &f);
 	loc->id = b->location_v->len + 1;
@@ -318,7 +306,7 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		smp->n_value = prof.n_sample_type;
 		perftools__profiles__label__init(kind);
 		kind->key = str_ix(&b, "kind");
-		kind->str = str_ix(&b, s->kind < CH_KIND__COUNT ? kind_names[s->kind] : "?");
+		kind->str = str_ix(&b, report_kind_name(s->kind));
 		labels[0] = kind;
 		smp->label = labels;
 		smp->n_label = 1;

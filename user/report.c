@@ -27,6 +27,16 @@ static const char *const term_names[CH_TERM__COUNT] = {
 
 #define MAX_INLINE 16
 
+const char *report_kind_name(unsigned kind)
+{
+	return kind < CH_KIND__COUNT ? kind_names[kind] : "?";
+}
+
+const char *report_term_name(unsigned term)
+{
+	return term < CH_TERM__COUNT ? term_names[term] : "?";
+}
+
 const char *report_format_bytes(double b, char *buf, size_t len)
 {
 	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };

@@ -83,6 +83,14 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct modules *m
  * / lambda * 8.  Written with json-glib.  Returns 0 or -EIO. */
 int report_write_json(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods);
 
+/* "minor", "major", "custom", "unmarshal" for an enum ch_alloc_kind; "?"
+ * out of range. */
+const char *report_kind_name(unsigned kind);
+
+/* Why a stack walk ended (enum ch_stack_term): "clean", "unknown pc",
+ * "read error", "depth limit"; "?" out of range. */
+const char *report_term_name(unsigned term);
+
 /* Human-readable byte count ("1.5 MiB") into buf. */
 const char *report_format_bytes(double bytes, char *buf, size_t len);
 
