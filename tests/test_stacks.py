@@ -1,5 +1,6 @@
 """Exact callstacks from the in-kernel unwinder, symbolized to file:line."""
 import os
+import re
 
 import chtest
 from chtest import check_binomial, record_launch, fixture, site_lines
@@ -45,6 +46,14 @@ def test_runtime_startup_allocations_walk_clean():
     walks = rep.walks()
     assert walks["unknown pc"] == 0 and walks["read error"] == 0, walks
     assert "allocated by the runtime's C code before the OCaml program started" in rep.text, rep.text
+    # and in collapsed output a line of one marker frame, without a space in it
+    d = chtest.tmpdir()
+    out = os.path.join(d, "c.folded")
+    rc, so, se = chtest.run_record(["--rate", "1", "--format", "collapsed", "-o", out], [fixture("chain"), "chain", "n=3"])
+    assert rc == 0, se
+    lines = open(out).read().splitlines()
+    assert all(re.match(r"^\S+ \d+$", l) for l in lines), [l for l in lines if not re.match(r"^\S+ \d+$", l)]
+    assert any(l.startswith("[no_OCaml_frames] ") for l in lines), lines[:5]
 
 
 def test_deep_recursion_over_600_frames():

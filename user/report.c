@@ -679,12 +679,16 @@ static char *collapsed_key(const struct profile_site *s, struct modules *mods)
 	GString *g = g_string_new(NULL);
 	struct sym_frame fr[MAX_INLINE];
 
+	/* markers too: a collapsed frame holds no space (the value follows
+	 * the last one) */
 	if (!s->stack) {
-		g_string_append(g, "[stack frames lost]");
+		g_string_append(g, "[stack_frames_lost]");
 		return g_string_free(g, FALSE);
 	}
-	if (s->stack->term != CH_TERM_CLEAN)
-		g_string_append_printf(g, "[truncated: %s]", term_names[s->stack->term]);
+	if (s->stack->term != CH_TERM_CLEAN) {
+		g_string_append_printf(g, "[truncated:_%s]", term_names[s->stack->term]);
+		g_strdelimit(g->str, " ", '_');
+	}
 	for (int64_t i = (int64_t)s->stack->nframes - 1; i >= 0; i--) {
 		int n = modules_lookup(mods, s->stack->frames[i], i == 0 ? s->alloc_idx : 0, fr, MAX_INLINE);
 
@@ -697,7 +701,7 @@ static char *collapsed_key(const struct profile_site *s, struct modules *mods)
 		}
 	}
 	if (!g->len)
-		g_string_append(g, "[no OCaml frames]");
+		g_string_append(g, "[no_OCaml_frames]");
 	return g_string_free(g, FALSE);
 }
 
