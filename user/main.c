@@ -7,10 +7,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <glib.h>
 
 #include "camlheap.h"
 #include "record.h"
 #include "diff.h"
+#include "outfile.h"
+#include "recording.h"
 
 const char *argp_program_version = "camlheap 0.1";
 const char *argp_program_bug_address = "the camlheap issue tracker";
@@ -40,11 +45,16 @@ static const struct argp_option record_options[] = {
 	{ "pid", 'p', "PID", 0, "Attach to this running process", 0 },
 	{ "rate", 'r', "LAMBDA", 0, "Samples per allocated word, 0 < LAMBDA <= 1 (default 1e-5, as Gc.Memprof)", 0 },
 	{ "duration", 'd', "SECONDS", 0, "Stop after this many seconds", 0 },
-	{ "output", 'o', "FILE", 0, "Write the report to FILE (via a temporary file and rename; default stdout)", 0 },
+	{ "output", 'o', "FILE", 0,
+	  "Write to FILE (via a temporary file and rename; default: the text report on stdout): the "
+	  "recording, a memtrace trace that `camlheap report FILE` renders in any format later and "
+	  "memtrace_viewer opens, unless --format or the name (.txt .json .svg .pb.gz .pprof .folded) "
+	  "asks for a report",
+	  0 },
 	{ "format", 'f', "FORMAT", 0,
-	  "text (default), collapsed (flamegraph.pl / speedscope input, bytes) or pprof (gzip-compressed "
-	  "profile.proto: go tool pprof, Pyroscope, Parca; alloc_* and inuse_* sample types) or json "
-	  "(docs/json.md)",
+	  "text (default without -o), collapsed (flamegraph.pl / speedscope input, bytes), pprof (gzip-compressed "
+	  "profile.proto: go tool pprof, Pyroscope, Parca; alloc_* and inuse_* sample types), json "
+	  "(docs/json.md), svg (interactive flame graph) or memtrace (the recording, default with -o)",
 	  0 },
 	{ "top", 'n', "N", 0, "Sites shown in the text report (default 20)", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
@@ -62,7 +72,10 @@ static const struct argp_option record_options[] = {
 	  "Text report: per site, the estimated bytes still alive at the end and the peak live estimate "
 	  "(sampled blocks are followed to their death by probing the GC)",
 	  0 },
-	{ "value", OPT_VALUE, "WHAT", 0, "Collapsed output: alloc (default: bytes allocated) or live (bytes alive at the end)", 0 },
+	{ "value", OPT_VALUE, "WHAT", 0,
+	  "What the report ranks (text) or sums (collapsed, svg): alloc (default: bytes allocated), live (bytes "
+	  "alive at the end) or peak (each site's peak live bytes)",
+	  0 },
 	{ "no-census", OPT_NO_CENSUS, NULL, 0, "Do not follow sampled blocks to their death (no live figures)", 0 },
 	{ "max-tracked", OPT_MAX_TRACKED, "N", 0,
 	  "Sampled blocks followed in the major heap at once (default 262144; 48 bytes of kernel memory "
@@ -117,6 +130,54 @@ static int parse_long(const char *s, long *out)
 	return errno || end == s || *end ? -1 : 0;
 }
 
+static int parse_format(const char *arg, enum report_format *f, bool memtrace)
+{
+	static const struct { const char *name; enum report_format f; } names[] = {
+		{ "text", REPORT_TEXT }, { "collapsed", REPORT_COLLAPSED }, { "pprof", REPORT_PPROF },
+		{ "json", REPORT_JSON }, { "svg", REPORT_SVG }, { "memtrace", REPORT_MEMTRACE },
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(arg, names[i].name) && (memtrace || names[i].f != REPORT_MEMTRACE)) {
+			*f = names[i].f;
+			return 0;
+		}
+	return -1;
+}
+
+/* -o FILE without --format: the report its name asks for (.txt, .json,
+ * .svg, .pb.gz / .pprof, .folded / .collapsed), else the recording. */
+static enum report_format format_of_name(const char *path)
+{
+	static const struct { const char *ext; enum report_format f; } exts[] = {
+		{ ".txt", REPORT_TEXT }, { ".json", REPORT_JSON }, { ".svg", REPORT_SVG },
+		{ ".pb.gz", REPORT_PPROF }, { ".pprof", REPORT_PPROF }, { ".folded", REPORT_COLLAPSED },
+		{ ".collapsed", REPORT_COLLAPSED },
+	};
+	size_t n = strlen(path);
+
+	for (size_t i = 0; i < sizeof(exts) / sizeof(exts[0]); i++) {
+		size_t e = strlen(exts[i].ext);
+
+		if (n > e && !strcmp(path + n - e, exts[i].ext))
+			return exts[i].f;
+	}
+	return REPORT_MEMTRACE;
+}
+
+static int parse_value(const char *arg, int *v)
+{
+	if (!strcmp(arg, "alloc"))
+		*v = REPORT_VALUE_ALLOC;
+	else if (!strcmp(arg, "live"))
+		*v = REPORT_VALUE_LIVE;
+	else if (!strcmp(arg, "peak"))
+		*v = REPORT_VALUE_PEAK;
+	else
+		return -1;
+	return 0;
+}
+
 static error_t record_parse(int key, char *arg, struct argp_state *state)
 {
 	struct record_opts *o = state->input;
@@ -140,16 +201,9 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		o->output = arg;
 		break;
 	case 'f':
-		if (!strcmp(arg, "text"))
-			o->format = REPORT_TEXT;
-		else if (!strcmp(arg, "collapsed"))
-			o->format = REPORT_COLLAPSED;
-		else if (!strcmp(arg, "pprof"))
-			o->format = REPORT_PPROF;
-		else if (!strcmp(arg, "json"))
-			o->format = REPORT_JSON;
-		else
-			argp_error(state, "unknown format '%s' (text, collapsed, pprof or json)", arg);
+		if (parse_format(arg, &o->format, true) < 0)
+			argp_error(state, "unknown format '%s' (text, collapsed, pprof, json, svg or memtrace)", arg);
+		o->format_given = true;
 		break;
 	case 'n':
 		if (parse_long(arg, &v) || v < 1 || v > 1000000)
@@ -180,12 +234,8 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		o->live = true;
 		break;
 	case OPT_VALUE:
-		if (!strcmp(arg, "alloc"))
-			o->value_live = false;
-		else if (!strcmp(arg, "live"))
-			o->value_live = true;
-		else
-			argp_error(state, "unknown --value '%s' (alloc or live)", arg);
+		if (parse_value(arg, &o->value) < 0)
+			argp_error(state, "unknown --value '%s' (alloc, live or peak)", arg);
 		break;
 	case OPT_NO_CENSUS:
 		o->no_census = true;
@@ -220,8 +270,8 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		if (o->census) {
 			if (!o->pid || o->argv)
 				argp_error(state, "census takes -p PID (a running process), and no command");
-			if (o->value_live || o->live || o->no_census)
-				argp_error(state, "--live, --value and --no-census are record options");
+			if (o->value || o->live || o->no_census || o->format_given)
+				argp_error(state, "--live, --value, --format and --no-census are record options");
 			/* default: the next completed major cycle */
 			if (!o->wait_major && !(o->duration_s > 0))
 				o->wait_major = 1;
@@ -229,10 +279,14 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		}
 		if (o->wait_major)
 			argp_error(state, "--wait-major is a census option");
-		if (o->value_live && o->format != REPORT_COLLAPSED)
-			argp_error(state, "--value is for --format collapsed (the text report takes --live)");
-		if (o->no_census && (o->live || o->value_live))
-			argp_error(state, "--no-census gives no live figures: drop --live/--value live");
+		if (o->value && (o->format == REPORT_PPROF || o->format == REPORT_JSON || o->format == REPORT_MEMTRACE))
+			argp_error(state, "--value is for text, collapsed and svg output (pprof and json carry every value)");
+		if (o->no_census && (o->live || o->value))
+			argp_error(state, "--no-census gives no live figures: drop --live/--value");
+		if (!o->format_given && o->output && strcmp(o->output, "-"))
+			o->format = format_of_name(o->output);
+		if (o->format == REPORT_MEMTRACE && (!o->output || !strcmp(o->output, "-")) && isatty(1))
+			argp_error(state, "--format memtrace writes a binary file: give -o FILE");
 		if (!o->pid && !o->argv)
 			argp_error(state, "nothing to profile: give -p PID or -- COMMAND [ARGS...]");
 		if (o->pid && o->argv)
@@ -308,6 +362,202 @@ static error_t diff_parse(int key, char *arg, struct argp_state *state)
 	return 0;
 }
 
+
+static const char report_doc[] =
+	"Render a recording written by `camlheap record -o FILE` (or any memtrace trace, e.g. from "
+	"Memtrace.trace_if_requested) as a report: text (as `record` prints), collapsed stacks, pprof, "
+	"json or an interactive SVG flame graph; optionally over a time window or a subset of the "
+	"stacks.\n"
+	"\n"
+	"  camlheap report FILE [--format F] [--value alloc|live|peak] [--from S] [--to S]\n"
+	"                       [--focus STR]... [--ignore STR]... [--min-samples N] [--top N] [-o OUT]\n"
+	"\n"
+	"Examples:\n"
+	"  camlheap report run.ctf --value live --top 10\n"
+	"  camlheap report run.ctf --format svg --focus Typing -o typing.svg\n"
+	"  camlheap report run.ctf --from 30 --to 60 --format pprof -o window.pb.gz\n"
+	"\n"
+	"--from/--to keep the allocations made in that window (seconds from the start of the "
+	"recording); live figures are then those at --to. --focus keeps the allocations with a frame "
+	"(function or file) containing one of the strings, --ignore drops them. --min-samples hides "
+	"the sites with fewer samples; the header's totals still count them.";
+
+enum { OPT_FROM = 0x200, OPT_TO, OPT_FOCUS, OPT_IGNORE, OPT_MIN_SAMPLES };
+
+static const struct argp_option report_options[] = {
+	{ "format", 'f', "FORMAT", 0, "text (default), collapsed, pprof, json or svg", 0 },
+	{ "value", OPT_VALUE, "WHAT", 0,
+	  "What text ranks and collapsed/svg sum: alloc (default), live (alive at the end) or peak (each site's "
+	  "peak live bytes); for pprof, the default sample type (alloc_space or inuse_space)",
+	  0 },
+	{ "output", 'o', "FILE", 0, "Write to FILE (via a temporary file and rename; default stdout)", 0 },
+	{ "top", 'n', "N", 0, "Sites shown in the text report (default 20)", 0 },
+	{ "from", OPT_FROM, "SECONDS", 0, "Keep allocations from this time on (seconds from the recording's start)", 0 },
+	{ "to", OPT_TO, "SECONDS", 0, "Keep allocations and deaths up to this time", 0 },
+	{ "focus", OPT_FOCUS, "STR", 0, "Keep allocations with a frame whose function or file contains STR (repeatable)", 0 },
+	{ "ignore", OPT_IGNORE, "STR", 0, "Drop allocations with a frame whose function or file contains STR (repeatable)", 0 },
+	{ "min-samples", OPT_MIN_SAMPLES, "N", 0, "Hide sites with fewer than N samples", 0 },
+	{ 0 }
+};
+
+struct report_cmd {
+	const char *input, *output;
+	enum report_format format;
+	int value, top;
+	double from, to;
+	long min_samples;
+	GPtrArray *focus, *ignore;
+};
+
+static error_t report_parse(int key, char *arg, struct argp_state *state)
+{
+	struct report_cmd *o = state->input;
+	long v;
+
+	switch (key) {
+	case 'f':
+		if (parse_format(arg, &o->format, false) < 0)
+			argp_error(state, "unknown format '%s' (text, collapsed, pprof, json or svg)", arg);
+		break;
+	case OPT_VALUE:
+		if (parse_value(arg, &o->value) < 0)
+			argp_error(state, "unknown --value '%s' (alloc, live or peak)", arg);
+		break;
+	case 'o':
+		o->output = arg;
+		break;
+	case 'n':
+		if (parse_long(arg, &v) || v < 1 || v > 1000000)
+			argp_error(state, "invalid --top '%s' (1..1000000 sites)", arg);
+		o->top = (int)v;
+		break;
+	case OPT_FROM:
+		if (parse_double(arg, &o->from) || !(o->from >= 0))
+			argp_error(state, "invalid --from '%s': seconds from the start, >= 0", arg);
+		break;
+	case OPT_TO:
+		if (parse_double(arg, &o->to) || !(o->to >= 0))
+			argp_error(state, "invalid --to '%s': seconds from the start, >= 0", arg);
+		break;
+	case OPT_FOCUS:
+	case OPT_IGNORE:
+		if (!*arg)
+			argp_error(state, "--%s takes a non-empty string", key == OPT_FOCUS ? "focus" : "ignore");
+		g_ptr_array_add(key == OPT_FOCUS ? o->focus : o->ignore, arg);
+		break;
+	case OPT_MIN_SAMPLES:
+		if (parse_long(arg, &v) || v < 1)
+			argp_error(state, "invalid --min-samples '%s' (>= 1)", arg);
+		o->min_samples = v;
+		break;
+	case ARGP_KEY_ARG:
+		if (o->input)
+			argp_error(state, "report takes one recording");
+		o->input = arg;
+		break;
+	case ARGP_KEY_END:
+		if (!o->input)
+			argp_error(state, "which recording? camlheap report FILE");
+		if (o->to >= 0 && o->to < o->from)
+			argp_error(state, "--to %g is before --from %g", o->to, o->from);
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static int report_command(int argc, char **argv)
+{
+	struct report_cmd o = { .format = REPORT_TEXT, .top = 20, .to = -1 };
+	struct argp argp = { report_options, report_parse, "FILE", report_doc, NULL, NULL, NULL };
+	struct recording_loaded rl;
+	struct recording_filter f;
+	struct outfile out;
+	char err[1024], sel[1024] = "";
+	int ret, status = 0;
+
+	o.focus = g_ptr_array_new();
+	o.ignore = g_ptr_array_new();
+	argv[1] = "camlheap report";
+	if (argp_parse(&argp, argc - 1, argv + 1, 0, NULL, &o))
+		return 2;
+	if (outfile_check(o.output, err, sizeof(err)) < 0) {
+		fprintf(stderr, "camlheap: %s\n", err);
+		return 2;
+	}
+	g_ptr_array_add(o.focus, NULL);
+	g_ptr_array_add(o.ignore, NULL);
+	f = (struct recording_filter){
+		.from_s = o.from,
+		.to_s = o.to,
+		.focus = o.focus->len > 1 ? (const char *const *)o.focus->pdata : NULL,
+		.ignore = o.ignore->len > 1 ? (const char *const *)o.ignore->pdata : NULL,
+	};
+	ret = recording_load(o.input, &f, &rl, err, sizeof(err));
+	if (ret < 0) {
+		fprintf(stderr, "camlheap: %s\n", err);
+		if (ret == -EINVAL)
+			fprintf(stderr, "camlheap: %s is not a readable memtrace recording (written by `camlheap record "
+					"-o FILE` or memtrace)\n", o.input);
+		return 2;
+	}
+	if (o.value != REPORT_VALUE_ALLOC && !rl.meta.census_on) {
+		fprintf(stderr, "camlheap: %s has no live figures (%s): --value %s needs a recording that followed "
+				"its blocks\n", o.input, rl.meta.census_off_why ? rl.meta.census_off_why : "no census",
+			o.value == REPORT_VALUE_LIVE ? "live" : "peak");
+		recording_loaded_free(&rl);
+		return 2;
+	}
+	if (rl.skipped_pid || rl.skipped_truncated)
+		fprintf(stderr, "camlheap: %s: skipped %u packet(s) of another process and %u truncated one(s)\n",
+			o.input, rl.skipped_pid, rl.skipped_truncated);
+	{
+		size_t n = 0;
+
+		char to[64] = "the end";
+
+		if (o.to >= 0)
+			snprintf(to, sizeof(to), "%.3f s", o.to);
+		if (o.from > 0 || o.to >= 0)
+			n += snprintf(sel + n, sizeof(sel) - n, "allocations from %.3f s to %s; ", o.from, to);
+		for (guint i = 0; i + 1 < o.focus->len && n < sizeof(sel); i++)
+			n += snprintf(sel + n, sizeof(sel) - n, "focus '%s'; ", (char *)o.focus->pdata[i]);
+		for (guint i = 0; i + 1 < o.ignore->len && n < sizeof(sel); i++)
+			n += snprintf(sel + n, sizeof(sel) - n, "ignore '%s'; ", (char *)o.ignore->pdata[i]);
+		if (o.min_samples > 1 && n < sizeof(sel))
+			n += snprintf(sel + n, sizeof(sel) - n, "sites with >= %ld samples shown; ", o.min_samples);
+		if (n && n < sizeof(sel))
+			snprintf(sel + n, sizeof(sel) - n, "%llu of %llu sampled blocks kept",
+				 (unsigned long long)rl.allocs_kept, (unsigned long long)rl.allocs_read);
+	}
+	rl.meta.selection = sel[0] ? sel : NULL;
+	rl.meta.top = o.top;
+	rl.meta.value = o.value;
+	rl.meta.build_id = rl.build_id;
+	if (o.min_samples > 1)
+		profile_drop_small_sites(rl.prof, (uint64_t)o.min_samples);
+	if (rl.meta.census_on)
+		profile_census_compute(rl.prof);
+	ret = outfile_open(&out, o.output);
+	if (ret == 0) {
+		ret = report_render(out.f, o.format, false, rl.prof, &rl.meta, &rl.mods);
+		if (ret < 0)
+			outfile_abort(&out);
+		else
+			ret = outfile_commit(&out);
+	}
+	if (ret < 0) {
+		fprintf(stderr, "camlheap: cannot write the report to %s: %s\n", o.output ? o.output : "stdout",
+			strerror(-ret));
+		status = 1;
+	}
+	recording_loaded_free(&rl);
+	g_ptr_array_free(o.focus, TRUE);
+	g_ptr_array_free(o.ignore, TRUE);
+	return status;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: camlheap COMMAND [OPTIONS]\n"
@@ -315,7 +565,9 @@ static void usage(FILE *f)
 		   "Commands:\n"
 		   "  record   sample a running (-p PID) or launched (-- CMD ARGS) native OCaml program\n"
 		   "  census   what is alive in a running program's heap, by allocation site, and leak suspects\n"
-		   "  diff     compare two JSON recordings, site by site, with a significance flag\n"
+		   "  report   render a recording (record -o FILE, or a memtrace trace): text, pprof, svg, ...\n"
+		   "  diff     compare two recordings, site by site, with a significance flag\n"
+		   "  dump-trace  print every event of a recording, one per line\n"
 		   "\n"
 		   "'camlheap record --help' and 'camlheap census --help' list the options.\n");
 }
@@ -363,6 +615,15 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "census"))
 		return record_command(argc, argv, true);
+	if (!strcmp(argv[1], "report"))
+		return report_command(argc, argv);
+	if (!strcmp(argv[1], "dump-trace")) {
+		if (argc != 3 || argv[2][0] == '-') {
+			fprintf(stderr, "usage: camlheap dump-trace FILE\n");
+			return 2;
+		}
+		return recording_dump(argv[2], stdout);
+	}
 	fprintf(stderr, "camlheap: unknown command '%s'\n\n", argv[1]);
 	usage(stderr);
 	return 2;

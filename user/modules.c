@@ -232,6 +232,8 @@ int modules_lookup(struct modules *ms, uint64_t pc, unsigned alloc_idx, struct s
 	static char buf[32][24];
 	static unsigned next;
 
+	if (ms->recorded_lookup)
+		return ms->recorded_lookup(ms->recorded_ctx, pc, alloc_idx, out, max);
 	if (m && m->img) {
 		if (m->sym)
 			return symbolizer_lookup(m->sym, pc - m->bias, alloc_idx, out, max, NULL);

@@ -36,6 +36,10 @@ struct modules {
 	struct module_range *ranges; /* every mapping of every module, sorted by start */
 	size_t nranges;
 	unsigned unreadable;         /* files the last scan could not open (no fds / memory) */
+	/* A recording read back (recording.h): frames come from its location
+	 * records instead of mapped files; modules_lookup calls this. */
+	int (*recorded_lookup)(void *ctx, uint64_t pc, unsigned alloc_idx, struct sym_frame *out, int max);
+	void *recorded_ctx;
 };
 
 /* Register the executable (takes ownership of img and ft) mapped in `pid`

@@ -92,7 +92,7 @@ static uint64_t location_id(struct builder *b, uint64_t pc, unsigned alloc_idx)
 	loc->id = b->location_v->len + 1;
 	loc->address = pc;
 	m = modules_find(b->mods, pc);
-	loc->mapping_id = m ? (uint64_t)(m - b->mods->v) + 1 : 0;
+	loc->mapping_id = m ? (uint64_t)(m - b->mods->v) + 1 : b->mods->n ? 0 : 1;
 	n = modules_lookup(b->mods, pc, alloc_idx, fr, MAX_INLINE);
 	loc->line = own(b, calloc(n > 0 ? n : 1, sizeof(*loc->line)));
 	for (int i = 0; loc->line && i < n; i++) {
@@ -234,7 +234,7 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 	period_type.unit = str_ix(&b, "bytes");
 	prof.period_type = &period_type;
 	prof.period = llround(8.0 / p->rate);
-	prof.default_sample_type = str_ix(&b, m->census ? "inuse_space" : "alloc_space");
+	prof.default_sample_type = str_ix(&b, m->default_type ? m->default_type : m->census ? "inuse_space" : "alloc_space");
 	prof.time_nanos = m->time_nanos;
 	prof.duration_nanos = m->duration_nanos;
 	if (m->comment) {
@@ -273,6 +273,23 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 	}
 	prof.mapping = maps;
 	prof.n_mapping = mods->n;
+	if (!mods->n) {
+		/* a recording read back: the executable, known by path and build id */
+		Perftools__Profiles__Mapping *mp = own(&b, calloc(1, sizeof(*mp)));
+
+		if (!mp) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		perftools__profiles__mapping__init(mp);
+		mp->id = 1;
+		mp->filename = str_ix(&b, m->exe_path ? m->exe_path : "");
+		if (m->build_id)
+			mp->build_id = str_ix(&b, m->build_id);
+		mp->has_functions = mp->has_filenames = mp->has_line_numbers = mp->has_inline_frames = 1;
+		maps[0] = mp;
+		prof.n_mapping = 1;
+	}
 
 	for (size_t i = 0; i < nsites; i++) {
 		const struct profile_site *s = sites[i];

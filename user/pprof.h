@@ -17,6 +17,8 @@ struct pprof_meta {
 	const char *comment;     /* one free-form line (target, rate, executor), or NULL */
 	int census;              /* inuse_* values are meaningful (blocks were followed) */
 	const char *exe_path;    /* the executable's real path (its module may be opened through /proc) */
+	const char *build_id;    /* hex GNU build id when `mods` has no module open (a recording read back) */
+	const char *default_type;/* default_sample_type, NULL: inuse_space with the census, else alloc_space */
 };
 
 /* Write `p` as a gzip-compressed pprof Profile to `out`.  Sample types, in
@@ -28,7 +30,9 @@ struct pprof_meta {
  * label; a stack whose walk ended early gets an outermost frame
  * "[stack walk ended: <why>]"), one Location per distinct return address (and Comballoc index at
  * the leaf) with its inline chain as lines, one Function per (name, file),
- * one Mapping per module (executable first) with its GNU build id.
+ * one Mapping per module (executable first) with its GNU build id (a
+ * recording read back, whose `mods` has none: one Mapping for the
+ * executable with m->build_id).
  * period_type space/bytes, period = 8 / lambda.  Returns 0 or -errno
  * (-ENOMEM, -EIO). */
 int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const struct pprof_meta *m);

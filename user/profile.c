@@ -467,3 +467,24 @@ void profile_poisson_ci95(uint64_t n, double *lo, double *hi)
 	if (*lo < 0)
 		*lo = 0;
 }
+
+static gboolean site_is_small(gpointer k, gpointer v, gpointer min)
+{
+	(void)k;
+	return ((const struct profile_site *)v)->samples < *(const uint64_t *)min;
+}
+
+static gboolean block_of_small_site(gpointer k, gpointer v, gpointer min)
+{
+	(void)k;
+	return ((const struct profile_block *)v)->site->samples < *(const uint64_t *)min;
+}
+
+size_t profile_drop_small_sites(struct profile *p, uint64_t min_samples)
+{
+	if (min_samples <= 1)
+		return 0;
+	/* blocks point at their site: they go first */
+	g_hash_table_foreach_remove(p->blocks, block_of_small_site, &min_samples);
+	return g_hash_table_foreach_remove(p->sites, site_is_small, &min_samples);
+}

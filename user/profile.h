@@ -137,6 +137,12 @@ bool profile_site_live_grows(const struct profile_site *site);
  * pointers into the profile (free the array, not the sites). */
 size_t profile_sites_sorted(const struct profile *p, const struct profile_site ***out);
 
+/* Remove the sites with fewer than `min_samples` samples (and their live
+ * blocks) from the site list, for `camlheap report --min-samples`; the
+ * profile's totals (samples, events, by kind, live) still count them.
+ * Returns the number of sites removed. */
+size_t profile_drop_small_sites(struct profile *p, uint64_t min_samples);
+
 /* 1 / P(a block of `words` words is sampled at least once) =
  * 1/(1-(1-lambda)^words): the number of blocks a sampled block stands for
  * (>= 1).  Source: formats.md §4 (memprof samples each word). */

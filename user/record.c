@@ -2,6 +2,7 @@
  * target, runtime plan, sampler, attach, intake loop, report, wait. */
 #define _GNU_SOURCE
 #include "record.h"
+#include "recording.h"
 #include "pprof.h"
 
 #include <errno.h>
@@ -71,6 +72,8 @@ static int check_privileges(char *msg, size_t len)
 
 struct intake {
 	struct profile *prof;
+	struct recording *rec;  /* the recording file being written, or NULL */
+	struct modules *mods;
 	bool rescan; /* a plugin registered frame tables: read the mappings again */
 	bool exec;   /* the target called exec */
 };
@@ -83,10 +86,12 @@ static void on_event(void *ctx, const struct ch_sample_event *ev, size_t size)
 		in->rescan = true;
 	else if (ev->kind == CH_NOTE_EXEC)
 		in->exec = true;
-	else if (ev->kind >= CH_FATE_PROMOTE)
-		profile_add_fate(in->prof, (const struct ch_fate_event *)ev, size);
-	else
-		profile_add_event(in->prof, ev, size);
+	else if (ev->kind >= CH_FATE_PROMOTE) {
+		if (profile_add_fate(in->prof, (const struct ch_fate_event *)ev, size) == 0)
+			recording_add(in->rec, in->prof, in->mods, ev, size);
+	} else if (profile_add_event(in->prof, ev, size) == 0) {
+		recording_add(in->rec, in->prof, in->mods, ev, size);
+	}
 }
 
 /* A new plugin: its descriptors go to the unwinder's runtime-address map. */
@@ -303,30 +308,7 @@ static int write_report(const struct record_opts *o, const struct profile *prof,
 	ret = outfile_open(&out, o->output);
 	if (ret < 0)
 		return ret;
-	if (o->census)
-		ret = report_write_census(out.f, prof, meta, &t->mods);
-	else if (o->format == REPORT_COLLAPSED)
-		ret = report_write_collapsed(out.f, prof, &t->mods, o->value_live);
-	else if (o->format == REPORT_JSON)
-		ret = report_write_json(out.f, prof, meta, &t->mods);
-	else if (o->format == REPORT_PPROF) {
-		struct pprof_meta pm = {
-			.time_nanos = meta->start_unix_ns,
-			.duration_nanos = (int64_t)(meta->duration_s * 1e9),
-			.census = meta->census_on,
-			.exe_path = meta->exe,
-		};
-		char comment[512];
-
-		snprintf(comment, sizeof(comment), "camlheap record of PID %d (%s, OCaml %s), rate %g, executor %s%s%s",
-			 meta->pid, meta->exe, meta->ocaml_version, prof->rate, meta->executor,
-			 meta->minor_off_why ? "; minor heap not sampled: " : "",
-			 meta->minor_off_why ? meta->minor_off_why : "");
-		pm.comment = comment;
-		ret = pprof_write(out.f, prof, &t->mods, &pm);
-	}
-	else
-		ret = report_write_text(out.f, prof, meta, &t->mods);
+	ret = report_render(out.f, o->format, o->census, prof, meta, &t->mods);
 	if (ret < 0)
 		outfile_abort(&out);
 	else
@@ -607,9 +589,25 @@ int record_run(const struct record_opts *o)
 
 	prof = profile_new(cfg.rate);
 	intake.prof = prof;
+	intake.mods = &t.mods;
 	if (!prof) {
 		snprintf(msg, sizeof(msg), "out of memory");
 		goto fail_target;
+	}
+	if (o->format == REPORT_MEMTRACE && !o->census) {
+		ret = recording_new(o->output, t.pid, cfg.rate, meta.census_on, &intake.rec);
+		if (ret < 0) {
+			snprintf(msg, sizeof(msg), "cannot start the recording file %s: %s", o->output ? o->output : "(stdout)",
+				 strerror(-ret));
+			goto fail_target;
+		}
+		/* symbolize from the first event on: open the executable's
+		 * debug information now, not while the ring buffer fills */
+		if (t.mods.n) {
+			struct sym_frame fr[4];
+
+			modules_lookup(&t.mods, t.mods.ranges ? t.mods.ranges[0].start : 0, 0, fr, 4);
+		}
 	}
 	ret = sampler_open(&cfg, t.ft, on_event, &intake, &smp, msg, sizeof(msg));
 	if (ret < 0)
@@ -736,18 +734,47 @@ int record_run(const struct record_opts *o)
 						     : "minor through young_limit traps; major+custom+unmarshal through "
 						       "read-only uprobes";
 	meta.end_reason = reason;
+	meta.value = o->value;
 	if (meta.census_on)
 		profile_census_compute(prof);
-	ret = write_report(o, prof, &meta, &t);
-	if (ret < 0) {
-		fprintf(stderr, "camlheap: cannot write the report to %s: %s\n", o->output ? o->output : "stdout",
-			strerror(-ret));
-		exit_code = 1;
+	if (intake.rec) {
+		ret = recording_finish(intake.rec, &meta, prof, &t.mods);
+		if (ret < 0) {
+			fprintf(stderr, "camlheap: cannot write the recording to %s: %s\n",
+				o->output ? o->output : "stdout", strerror(-ret));
+			exit_code = 1;
+		} else {
+			exit_code = 0;
+			if (o->output && strcmp(o->output, "-"))
+				fprintf(stderr,
+					"camlheap: %llu samples in %llu sampled blocks; recording written to %s (memtrace "
+					"format: camlheap report %s, or memtrace_viewer)\n",
+					(unsigned long long)prof->samples,
+					(unsigned long long)recording_allocs(intake.rec), o->output, o->output);
+		}
+		/* a test knob: the text report of the same run, to compare
+		 * with `camlheap report` of the recording */
+		const char *also = getenv("CAMLHEAP_ALSO_TEXT");
+		FILE *af = also && *also ? fopen(also, "we") : NULL;
+
+		if (af) {
+			report_render(af, REPORT_TEXT, false, prof, &meta, &t.mods);
+			fclose(af);
+		}
+		recording_free(intake.rec);
+		intake.rec = NULL;
 	} else {
-		exit_code = 0;
-		if (o->output && strcmp(o->output, "-"))
-			fprintf(stderr, "camlheap: %llu samples; report written to %s\n",
-				(unsigned long long)prof->samples, o->output);
+		ret = write_report(o, prof, &meta, &t);
+		if (ret < 0) {
+			fprintf(stderr, "camlheap: cannot write the report to %s: %s\n",
+				o->output ? o->output : "stdout", strerror(-ret));
+			exit_code = 1;
+		} else {
+			exit_code = 0;
+			if (o->output && strcmp(o->output, "-"))
+				fprintf(stderr, "camlheap: %llu samples; report written to %s\n",
+					(unsigned long long)prof->samples, o->output);
+		}
 	}
 	sampler_close(smp);
 	profile_free(prof);
@@ -767,6 +794,7 @@ int record_run(const struct record_opts *o)
 
 fail_target:
 	fprintf(stderr, "camlheap: %s\n", msg);
+	recording_free(intake.rec);
 	if (px && t.launched)
 		kill(t.pid, SIGKILL); /* before the detach: it must not run unprofiled */
 	ptexec_free(px);

@@ -25,14 +25,15 @@ struct record_opts {
 	double rate;               /* lambda, samples per word */
 	double duration_s;         /* 0: until stopped */
 	const char *output;        /* file, or NULL / "-" for stdout */
-	enum report_format format;
+	enum report_format format; /* REPORT_MEMTRACE: the recording file (recording.h) */
 	int top;
 	unsigned max_frames;
 	enum record_executor executor;
 	bool keep_cpus_awake;      /* ptrace executor: SCHED_IDLE spinners keep vCPUs from halting */
 	/* census (ARCHITECTURE.md §6) */
 	bool live;                 /* record --live: per-site live and peak in the text report */
-	bool value_live;           /* collapsed output: live bytes at the end instead of allocated bytes */
+	int value;                 /* enum report_value: what the report ranks / sums */
+	bool format_given;         /* --format was given (else -o FILE writes the recording) */
 	bool no_census;            /* --no-census: do not follow sampled blocks */
 	uint32_t max_tracked;      /* --max-tracked: sampled blocks followed in the major heap at once */
 	bool census;               /* `camlheap census`: write the census report */

@@ -4,12 +4,16 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <glib.h>
 #include <json-glib/json-glib.h>
+
+#include "pprof.h"
 
 static const char *const kind_names[CH_KIND__COUNT] = {
 	[CH_KIND_MINOR] = "minor",
@@ -250,9 +254,18 @@ static void group_add_census(struct site_group *g, const struct profile_site *s)
 	g->grows = g->grows || profile_site_live_grows(s);
 }
 
-/* Sites merged by kind and printed stack, sorted by samples (by live
- * samples with `by_live`). */
-static struct site_group *group_sites(const struct profile *p, struct modules *mods, size_t *count, bool by_live)
+static int group_cmp_peak(const void *a, const void *b)
+{
+	const struct site_group *x = a, *y = b;
+
+	if (x->peak != y->peak)
+		return x->peak > y->peak ? -1 : 1;
+	return group_cmp(a, b);
+}
+
+/* Sites merged by kind and printed stack, sorted by samples (by live or
+ * peak live samples: `by`, an enum report_value). */
+static struct site_group *group_sites(const struct profile *p, struct modules *mods, size_t *count, int by)
 {
 	const struct profile_site **sites = NULL;
 	size_t nsites = profile_sites_sorted(p, &sites), n = 0;
@@ -294,7 +307,8 @@ static struct site_group *group_sites(const struct profile *p, struct modules *m
 	g_hash_table_destroy(fi.by_text);
 	free(sites);
 	if (g)
-		qsort(g, n, sizeof(*g), by_live ? group_cmp_live : group_cmp);
+		qsort(g, n, sizeof(*g),
+		      by == REPORT_VALUE_LIVE ? group_cmp_live : by == REPORT_VALUE_PEAK ? group_cmp_peak : group_cmp);
 	*count = g ? n : 0;
 	return g;
 }
@@ -416,7 +430,7 @@ static void site_live_line(FILE *out, const struct profile *p, const struct site
 int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
 {
 	size_t ngroups = 0;
-	struct site_group *groups = group_sites(p, mods, &ngroups, false);
+	struct site_group *groups = group_sites(p, mods, &ngroups, m->value);
 	const uint64_t *c = m->counters;
 	char b1[32], b2[32], b3[32], b4[32], b5[32];
 	uint64_t hits = c[CH_CNT_HITS_MAJOR] + c[CH_CNT_HITS_CUSTOM] + c[CH_CNT_HITS_UNMARSHAL] + 2 * c[CH_CNT_DISPATCH];
@@ -526,8 +540,13 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		fprintf(out, "warning     %" PRIu64 " events refer to stacks whose frames were lost\n",
 			p->events_without_stack);
 
-	fprintf(out, "\nTop %d site%s by estimated bytes (of %zu site%s):\n", m->top, plural(m->top), ngroups,
-		plural(ngroups));
+	if (m->selection)
+		fprintf(out, "selection   %s\n", m->selection);
+	fprintf(out, "\nTop %d site%s by %s (of %zu site%s):\n", m->top, plural(m->top),
+		m->value == REPORT_VALUE_LIVE   ? "estimated bytes alive at the end"
+		: m->value == REPORT_VALUE_PEAK ? "peak estimated live bytes"
+						: "estimated bytes",
+		ngroups, plural(ngroups));
 	if (!ngroups)
 		fprintf(out, "\n  (no samples: %s)\n",
 			hits ? "the sampled kinds of allocation were too few for this rate"
@@ -544,7 +563,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)),
 			report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)), g->samples, plural(g->samples),
 			p->samples ? 100.0 * (double)g->samples / (double)p->samples : 0.0);
-		if (m->live && m->census_on)
+		if ((m->live || m->value != REPORT_VALUE_ALLOC) && m->census_on)
 			site_live_line(out, p, g);
 		lines = site_lines(g->site, mods);
 		print_lines(out, lines);
@@ -557,7 +576,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 int report_write_census(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
 {
 	size_t ngroups = 0, nsuspects = 0, shown = 0;
-	struct site_group *groups = group_sites(p, mods, &ngroups, true);
+	struct site_group *groups = group_sites(p, mods, &ngroups, REPORT_VALUE_LIVE);
 	char b1[32], b2[32], b3[32];
 	double lo, hi;
 
@@ -710,8 +729,9 @@ static int str_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods, bool live)
+int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods, int value)
 {
+	bool live = value != REPORT_VALUE_ALLOC;
 	const struct profile_site **sites = NULL;
 	size_t nsites = profile_sites_sorted(p, &sites);
 	GHashTable *lines = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
@@ -724,7 +744,7 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct modules *m
 		char *key;
 		uint64_t *samples;
 
-		if (live && !sites[i]->live_samples)
+		if (live && !(value == REPORT_VALUE_PEAK ? sites[i]->peak_live_samples : sites[i]->live_samples))
 			continue;
 		key = collapsed_key(sites[i], mods);
 		samples = g_hash_table_lookup(lines, key);
@@ -735,7 +755,9 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct modules *m
 		} else {
 			g_free(key);
 		}
-		*samples += live ? sites[i]->live_samples : sites[i]->samples;
+		*samples += value == REPORT_VALUE_LIVE   ? sites[i]->live_samples
+			    : value == REPORT_VALUE_PEAK ? sites[i]->peak_live_samples
+							 : sites[i]->samples;
 	}
 	keys = calloc(g_hash_table_size(lines) + 1, sizeof(*keys));
 	g_hash_table_iter_init(&it, lines);
@@ -975,4 +997,171 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 	if (!ret && ferror(out))
 		ret = -(errno ? errno : EIO);
 	return ret;
+}
+
+/* ---- one dispatch for every format ----------------------------------- */
+
+/* flamegraph.pl: $CAMLHEAP_FLAMEGRAPH, else on PATH, else the copy Debian
+ * ships in libdevel-nytprof-perl.  NULL if none. */
+static const char *flamegraph_script(char *buf, size_t len)
+{
+	static const char *const fixed[] = { "/usr/share/perl5/Devel/NYTProf/flamegraph.pl",
+					     "/usr/local/share/perl5/Devel/NYTProf/flamegraph.pl" };
+	const char *env = getenv("CAMLHEAP_FLAMEGRAPH"), *path = getenv("PATH");
+
+	if (env && *env)
+		return access(env, R_OK) == 0 ? env : NULL;
+	while (path && *path) {
+		const char *colon = strchr(path, ':');
+		size_t n = colon ? (size_t)(colon - path) : strlen(path);
+
+		if (n && (size_t)snprintf(buf, len, "%.*s/flamegraph.pl", (int)n, path) < len && access(buf, R_OK) == 0)
+			return buf;
+		path = colon ? colon + 1 : NULL;
+	}
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (access(fixed[i], R_OK) == 0)
+			return fixed[i];
+	return NULL;
+}
+
+/* Stacks below this share of the total are left out of an SVG with more
+ * than SVG_MAX_STACKS of them: browsers take minutes over tens of
+ * thousands of frames (each has a <title>). */
+#define SVG_MAX_STACKS 3000
+#define SVG_MIN_SHARE 0.0005
+
+/* Interactive flame graph (click to zoom, search) through flamegraph.pl
+ * --colors mem, from the collapsed stacks of `value`. */
+static int write_svg(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
+{
+	char script_buf[PATH_MAX], tmpl[] = "/tmp/camlheap-svg-XXXXXX", title[256];
+	const char *script = flamegraph_script(script_buf, sizeof(script_buf));
+	FILE *in;
+	int fd, ret = 0, status;
+	pid_t pid;
+
+	if (!script) {
+		fprintf(stderr, "camlheap: --format svg needs flamegraph.pl: install Debian's libdevel-nytprof-perl "
+				"(it ships one), put flamegraph.pl on PATH, or set CAMLHEAP_FLAMEGRAPH to its path\n");
+		return -ENOENT;
+	}
+	fd = mkstemp(tmpl);
+	if (fd < 0)
+		return -errno;
+	unlink(tmpl);
+	in = fdopen(fd, "w+");
+	if (!in) {
+		close(fd);
+		return -ENOMEM;
+	}
+	ret = report_write_collapsed(in, p, mods, m->value);
+	/* too many stacks: keep the big ones */
+	{
+		GPtrArray *lines = g_ptr_array_new_with_free_func(g_free);
+		char *line = NULL;
+		size_t cap = 0;
+		double total = 0;
+		unsigned dropped = 0;
+
+		rewind(in);
+		while (getline(&line, &cap, in) > 0) {
+			const char *sp = strrchr(line, ' ');
+
+			total += sp ? atof(sp + 1) : 0;
+			g_ptr_array_add(lines, g_strdup(line));
+		}
+		free(line);
+		if (!lines->len) {
+			g_ptr_array_free(lines, TRUE);
+			fclose(in);
+			fprintf(stderr, "camlheap: nothing to draw: no %s bytes in this profile\n",
+				m->value == REPORT_VALUE_ALLOC ? "allocated" : "live");
+			return -ENODATA;
+		}
+		if (lines->len > SVG_MAX_STACKS) {
+			if (ftruncate(fd, 0) < 0)
+				ret = -errno;
+			rewind(in);
+			for (guint i = 0; i < lines->len; i++) {
+				const char *l = g_ptr_array_index(lines, i), *sp = strrchr(l, ' ');
+
+				if (sp && atof(sp + 1) >= SVG_MIN_SHARE * total)
+					fputs(l, in);
+				else
+					dropped++;
+			}
+		}
+		g_ptr_array_free(lines, TRUE);
+		snprintf(title, sizeof(title), "camlheap: %s bytes, %s (pid %d)%s",
+			 m->value == REPORT_VALUE_LIVE ? "live" : m->value == REPORT_VALUE_PEAK ? "peak live" : "allocated",
+			 m->exe ? m->exe : "?", m->pid, dropped ? " - stacks under 0.05% left out" : "");
+	}
+	if (fflush(in) == EOF || ret < 0) {
+		fclose(in);
+		return ret < 0 ? ret : -EIO;
+	}
+	rewind(in);
+	fflush(out);
+	pid = fork();
+	if (pid < 0) {
+		ret = -errno;
+		fclose(in);
+		return ret;
+	}
+	if (pid == 0) {
+		dup2(fileno(in), 0);
+		dup2(fileno(out), 1);
+		execlp("perl", "perl", script, "--title", title, "--countname", "bytes", "--nametype", "Site:",
+		       "--colors", "mem", "--hash", (char *)NULL);
+		fprintf(stderr, "camlheap: cannot run perl %s: %s\n", script, strerror(errno));
+		_exit(127);
+	}
+	fclose(in);
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -errno;
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "camlheap: %s failed (status %d)\n", script, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		return -EIO;
+	}
+	/* the child wrote to the file descriptor: move our stream past it */
+	fseeko(out, 0, SEEK_END);
+	return 0;
+}
+
+int report_render(FILE *out, enum report_format format, bool census, const struct profile *p,
+		  const struct report_meta *m, struct modules *mods)
+{
+	if (census)
+		return report_write_census(out, p, m, mods);
+	switch (format) {
+	case REPORT_COLLAPSED:
+		return report_write_collapsed(out, p, mods, m->value);
+	case REPORT_JSON:
+		return report_write_json(out, p, m, mods);
+	case REPORT_SVG:
+		return write_svg(out, p, m, mods);
+	case REPORT_PPROF: {
+		char comment[512];
+		struct pprof_meta pm = {
+			.time_nanos = m->start_unix_ns,
+			.duration_nanos = (int64_t)(m->duration_s * 1e9),
+			.census = m->census_on,
+			.exe_path = m->exe,
+			.build_id = m->build_id,
+			.default_type = m->value == REPORT_VALUE_ALLOC && m->census_on ? "alloc_space" : NULL,
+			.comment = comment,
+		};
+
+		snprintf(comment, sizeof(comment), "camlheap record of PID %d (%s, OCaml %s), rate %g, executor %s%s%s%s%s",
+			 m->pid, m->exe, m->ocaml_version, p->rate, m->executor,
+			 m->minor_off_why ? "; minor heap not sampled: " : "", m->minor_off_why ? m->minor_off_why : "",
+			 m->selection ? "; " : "", m->selection ? m->selection : "");
+		return pprof_write(out, p, mods, &pm);
+	}
+	case REPORT_TEXT:
+	default:
+		return report_write_text(out, p, m, mods);
+	}
 }

@@ -19,6 +19,15 @@ enum report_format {
 	REPORT_COLLAPSED,
 	REPORT_PPROF,       /* gzip-compressed profile.proto (pprof.h) */
 	REPORT_JSON,        /* docs/json.md */
+	REPORT_SVG,         /* interactive flame graph (flamegraph.pl, report.c) */
+	REPORT_MEMTRACE,    /* the recording itself: a memtrace trace (recording.h) */
+};
+
+/* Which quantity a report ranks sites by (and collapsed / svg output sums). */
+enum report_value {
+	REPORT_VALUE_ALLOC = 0,  /* estimated bytes allocated */
+	REPORT_VALUE_LIVE,       /* estimated bytes still alive at the end (census) */
+	REPORT_VALUE_PEAK,       /* the most estimated bytes the site had alive at once (census) */
 };
 
 /* What the header of a report states besides the profile itself. */
@@ -51,6 +60,9 @@ struct report_meta {
 	bool live;                     /* record --live: per-site live and peak figures */
 	int64_t start_unix_ns;         /* recording start, ns since the Unix epoch (pprof) */
 	uint64_t fates_drained;        /* fate events read from the kernel's arrays at the end (ring was full) */
+	int value;                     /* enum report_value: how the text report ranks sites */
+	const char *selection;         /* `camlheap report`: the window / filters applied, NULL if none */
+	const char *build_id;          /* the executable's GNU build id (hex) when no module is open */
 };
 
 /* Write the text report: the first line names the executor and says which
@@ -71,9 +83,10 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 /* Write collapsed stacks: one line per distinct callstack (all kinds
  * summed), frames root first separated by ';', each "Module.function"
  * (inlined frames expanded), a space, and the estimated allocated bytes as
- * an integer; with `live`, the estimated bytes still alive at the end
- * instead (stacks with none are left out).  Returns 0 or -EIO. */
-int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods, bool live);
+ * an integer; `value` (enum report_value) live: the estimated bytes still
+ * alive at the end instead, peak: each site's peak live bytes (stacks
+ * with none are left out).  Returns 0 or -EIO. */
+int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods, int value);
 
 /* Write the recording as one JSON document, schema "camlheap-report"
  * version 1 (docs/json.md): run metadata, totals, census totals, stacks
@@ -82,6 +95,13 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct modules *m
  * interval, estimated objects, live figures).  Estimates: bytes = samples
  * / lambda * 8.  Written with json-glib.  Returns 0 or -EIO. */
 int report_write_json(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods);
+
+/* Render `p` in `format` (text: the record report, ranked by m->value;
+ * collapsed and svg: bytes by m->value; pprof; json), or the census report
+ * with `census`: the one dispatch `record`, `census` and `report` share.
+ * Returns 0 or -errno. */
+int report_render(FILE *out, enum report_format format, bool census, const struct profile *p,
+		  const struct report_meta *m, struct modules *mods);
 
 /* "minor", "major", "custom", "unmarshal" for an enum ch_alloc_kind; "?"
  * out of range. */

@@ -368,6 +368,7 @@ static int symbolizer_from_frametable(struct symbolizer *s, uint64_t retaddr, un
 			.file = symbolizer_ocaml_path(s, cudie, line_file, comp_dir, locs[i].file, &from_dwarf),
 			.line = locs[i].line,
 			.column = locs[i].start_chr,
+			.end_column = locs[i].end_chr,
 			.inlined = i + 1 < n,
 		};
 	}

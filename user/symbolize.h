@@ -24,6 +24,7 @@ struct sym_frame {
 	const char *file;      /* full path when known, else the recorded file name, else NULL */
 	int line;              /* 0 when unknown */
 	int column;            /* start character, 0 when unknown */
+	int end_column;        /* end character (frame-table debuginfo), 0 when unknown */
 	int inlined;           /* this frame was inlined into the next one */
 };
 

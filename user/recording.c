@@ -1,0 +1,890 @@
+/* recording.c -- camlheap's recording file over memtrace.h (see recording.h). */
+#define _GNU_SOURCE
+#include "recording.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+#include "memtrace.h"
+#include "outfile.h"
+
+#define CONTEXT_MAGIC "camlheap-recording 1 "
+#define CODE_ANN (1ull << 62)            /* annotation: a location event only, never in a backtrace */
+#define CODE_TERM (1ull << 61)           /* outermost code of a walk that ended early */
+#define LEAF_IDX_SHIFT 48                /* Comballoc index on the allocation point's code */
+#define PC_MASK ((1ull << LEAF_IDX_SHIFT) - 1)
+#define ANN_PAYLOAD ((1ull << 56) - 1)
+#define ANN(type, payload) (CODE_ANN | (uint64_t)(type) << 56 | ((uint64_t)(payload) & ANN_PAYLOAD))
+#define MAX_INLINE 16
+
+enum ann_type {
+	ANN_GC = 1,     /* minor collections (bits 0..31), major collections (32..55) at the next events */
+	ANN_CYCLE = 2,  /* clean phases seen before the next allocations (their major cycle) */
+	ANN_CLEAN = 3,  /* a clean-phase note: its number (0..31), blocks in the major set (32..55) */
+	ANN_FATE = 4,   /* a fate memtrace has no event for: CH_FATE_* (48..55), object id (0..47) */
+	ANN_ALLOC = 5,  /* the next allocations: kind (0..1), in the minor heap (2), followed (3),
+			 * Comballoc index (8..15), allocations combined (16..31) */
+};
+
+static uint64_t u24(uint64_t v) { return v > 0xffffff ? 0xffffff : v; }
+
+/* ---- writing --------------------------------------------------------- */
+
+struct recording {
+	char *output;
+	FILE *body;
+	FILE *log;
+	struct mt_writer *w;
+	int pid;
+	double rate;
+	bool census_on;
+	uint64_t start_us;
+	int64_t mono_to_real_ns;
+	GHashTable *defined;      /* codes with a location event (uint64 set) */
+	GHashTable *ids;          /* kernel sample id -> object id */
+	uint64_t gc, cycle, flags;
+	bool gc_set, cycle_set, flags_set;
+	uint64_t *codes;
+	size_t codes_cap;
+	int err;
+	uint64_t unknown_ids;     /* fates for blocks the trace does not have (sample event lost) */
+};
+
+static guint u64_hash(gconstpointer k) { uint64_t v = *(const uint64_t *)k; return (guint)(v ^ (v >> 29) ^ (v >> 47)); }
+static gboolean u64_equal(gconstpointer a, gconstpointer b) { return *(const uint64_t *)a == *(const uint64_t *)b; }
+
+static uint64_t *u64_dup(uint64_t v)
+{
+	uint64_t *p = g_new(uint64_t, 1);
+	*p = v;
+	return p;
+}
+
+int recording_new(const char *output, int pid, double rate, bool census_on, struct recording **out)
+{
+	struct recording *rc = calloc(1, sizeof(*rc));
+	struct timespec real, mono;
+	int fd = -1, ret;
+
+	if (!rc)
+		return -ENOMEM;
+	rc->output = output ? strdup(output) : NULL;
+	if (output && strcmp(output, "-")) {
+		char *copy = strdup(output), *dir = copy ? dirname(copy) : NULL;
+
+		if (dir)
+			fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		free(copy);
+	}
+	rc->body = fd >= 0 ? fdopen(fd, "w+") : tmpfile();
+	if (!rc->body) {
+		ret = -errno;
+		if (fd >= 0)
+			close(fd);
+		free(rc->output);
+		free(rc);
+		return ret;
+	}
+	clock_gettime(CLOCK_REALTIME, &real);
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	rc->mono_to_real_ns = ((int64_t)real.tv_sec - mono.tv_sec) * 1000000000 + (real.tv_nsec - mono.tv_nsec);
+	rc->start_us = (uint64_t)real.tv_sec * 1000000 + (uint64_t)real.tv_nsec / 1000;
+	rc->pid = pid;
+	rc->rate = rate;
+	rc->census_on = census_on;
+	rc->defined = g_hash_table_new_full(u64_hash, u64_equal, g_free, NULL);
+	rc->ids = g_hash_table_new_full(u64_hash, u64_equal, g_free, g_free);
+	ret = mt_writer_new(rc->body, (uint64_t)pid, rc->start_us, &rc->w);
+	if (ret < 0) {
+		recording_free(rc);
+		return ret;
+	}
+	const char *log = getenv("CAMLHEAP_TRACE_LOG");
+	if (log && *log && (rc->log = fopen(log, "we")))
+		mt_writer_set_log(rc->w, rc->log);
+	*out = rc;
+	return 0;
+}
+
+static uint64_t to_us(const struct recording *rc, uint64_t mono_ns)
+{
+	int64_t real = (int64_t)mono_ns + rc->mono_to_real_ns;
+
+	return real > 0 ? (uint64_t)real / 1000 : 0;
+}
+
+static void note_err(struct recording *rc, int ret)
+{
+	if (ret < 0 && !rc->err)
+		rc->err = ret;
+}
+
+static void annotate(struct recording *rc, uint64_t t, uint64_t code)
+{
+	/* the same annotation may come again (the same counters after a
+	 * change back): an identical empty redefinition, which readers accept */
+	note_err(rc, mt_put_location(rc->w, t, code, NULL, 0));
+}
+
+static void announce_gc(struct recording *rc, uint64_t t, uint32_t minor, uint32_t major)
+{
+	uint64_t gc = (uint64_t)minor | u24(major) << 32;
+
+	if (rc->gc_set && rc->gc == gc)
+		return;
+	rc->gc = gc;
+	rc->gc_set = true;
+	annotate(rc, t, ANN(ANN_GC, gc));
+}
+
+static void define_code(struct recording *rc, struct modules *mods, uint64_t t, uint64_t code)
+{
+	struct mt_location locs[MAX_INLINE];
+	struct sym_frame fr[MAX_INLINE];
+	char name[64];
+	int n;
+
+	if (g_hash_table_contains(rc->defined, &code))
+		return;
+	if (code & CODE_TERM) {
+		snprintf(name, sizeof(name), "[stack walk ended: %s]", report_term_name((unsigned)(code & 0xff)));
+		locs[0] = (struct mt_location){ .filename = "", .defname = name };
+		n = 1;
+	} else {
+		n = modules_lookup(mods, code & PC_MASK, (unsigned)(code >> LEAF_IDX_SHIFT) & 0xff, fr, MAX_INLINE);
+		/* symbolizer order is innermost first; memtrace's is outermost first */
+		for (int i = 0; i < n; i++) {
+			const struct sym_frame *f = &fr[n - 1 - i];
+
+			locs[i] = (struct mt_location){
+				.filename = f->file ? f->file : "",
+				.defname = f->function ? f->function : "??",
+				.line = f->line > 0 ? (uint32_t)f->line : 0,
+				.start_char = f->column > 0 ? (uint32_t)f->column : 0,
+				.end_char = f->end_column > 0 ? (uint32_t)f->end_column : 0,
+			};
+		}
+	}
+	note_err(rc, mt_put_location(rc->w, t, code, locs, (size_t)n));
+	g_hash_table_add(rc->defined, u64_dup(code));
+}
+
+static void add_sample(struct recording *rc, const struct profile *p, struct modules *mods,
+		       const struct ch_sample_event *ev)
+{
+	const struct profile_stack *st = g_hash_table_lookup(p->stacks, &ev->stack_id);
+	uint64_t t = to_us(rc, ev->time_ns), id;
+	size_t n = 0, need;
+	uint64_t flags = (uint64_t)(ev->kind & 3) | (uint64_t)(ev->in_minor_heap ? 1 : 0) << 2 |
+			 (uint64_t)(ev->sample_id ? 1 : 0) << 3 | (uint64_t)ev->alloc_idx << 8 |
+			 (uint64_t)ev->nallocs << 16;
+
+	if (t < rc->start_us)
+		t = rc->start_us;
+	announce_gc(rc, t, ev->minor_gcs, ev->major_gcs);
+	if (!rc->cycle_set || rc->cycle != ev->clean_phases) {
+		rc->cycle = ev->clean_phases;
+		rc->cycle_set = true;
+		annotate(rc, t, ANN(ANN_CYCLE, ev->clean_phases));
+	}
+	if (!rc->flags_set || rc->flags != flags) {
+		rc->flags = flags;
+		rc->flags_set = true;
+		annotate(rc, t, ANN(ANN_ALLOC, flags));
+	}
+	need = st ? st->nframes + 1 : 0;
+	if (need > rc->codes_cap) {
+		uint64_t *c = realloc(rc->codes, need * sizeof(*c));
+
+		if (!c) {
+			note_err(rc, -ENOMEM);
+			return;
+		}
+		rc->codes = c;
+		rc->codes_cap = need;
+	}
+	if (st) {
+		if (st->term != CH_TERM_CLEAN)
+			rc->codes[n++] = CODE_TERM | st->term;
+		for (uint32_t i = st->nframes; i-- > 0;)
+			rc->codes[n++] = (st->frames[i] & PC_MASK) |
+					 (i == 0 ? (uint64_t)ev->alloc_idx << LEAF_IDX_SHIFT : 0);
+		for (size_t i = 0; i < n; i++)
+			define_code(rc, mods, t, rc->codes[i]);
+	}
+	uint64_t length = ev->kind == CH_KIND_CUSTOM ? ev->size_words : ev->size_words ? ev->size_words - 1 : 0;
+	enum mt_source src = ev->kind == CH_KIND_MINOR ? MT_SRC_MINOR
+			     : ev->kind == CH_KIND_CUSTOM ? MT_SRC_EXTERNAL
+							  : MT_SRC_MAJOR;
+	int ret = mt_put_alloc(rc->w, t, length, ev->nsamples ? ev->nsamples : 1, src, rc->codes, n, &id);
+
+	note_err(rc, ret);
+	if (!ret && ev->sample_id)
+		g_hash_table_insert(rc->ids, u64_dup(ev->sample_id), u64_dup(id));
+}
+
+static void add_fate(struct recording *rc, const struct ch_fate_event *f)
+{
+	uint64_t t = to_us(rc, f->time_ns), *idp, id;
+
+	if (t < rc->start_us)
+		t = rc->start_us;
+	if (f->kind == CH_NOTE_MAJOR_CLEAN) {
+		announce_gc(rc, t, f->minor_gcs, f->major_gcs);
+		annotate(rc, t, ANN(ANN_CLEAN, (uint64_t)f->clean_phases | u24(f->tracked) << 32));
+		return;
+	}
+	idp = g_hash_table_lookup(rc->ids, &f->sample_id);
+	if (!idp) {
+		rc->unknown_ids++;
+		return;
+	}
+	id = *idp;
+	announce_gc(rc, t, f->minor_gcs, f->major_gcs);
+	switch (f->kind) {
+	case CH_FATE_PROMOTE:
+		note_err(rc, mt_put_promote(rc->w, t, id));
+		return;
+	case CH_FATE_DEAD_MINOR:
+	case CH_FATE_DEAD_MAJOR:
+		note_err(rc, mt_put_collect(rc->w, t, id));
+		break;
+	default:
+		annotate(rc, t, ANN(ANN_FATE, (uint64_t)f->kind << 48 | (id & PC_MASK)));
+		break;
+	}
+	g_hash_table_remove(rc->ids, &f->sample_id);
+}
+
+void recording_add(struct recording *rc, const struct profile *p, struct modules *mods,
+		   const struct ch_sample_event *ev, size_t size)
+{
+	if (!rc || size < sizeof(struct ch_fate_event))
+		return;
+	if (ev->kind < CH_KIND__COUNT) {
+		if (size >= CH_EVENT_HEADER_BYTES)
+			add_sample(rc, p, mods, ev);
+	} else if (ev->kind >= CH_FATE_PROMOTE && ev->kind <= CH_NOTE_MAJOR_CLEAN) {
+		add_fate(rc, (const struct ch_fate_event *)ev);
+	}
+}
+
+uint64_t recording_allocs(const struct recording *rc) { return rc ? mt_writer_allocs(rc->w) : 0; }
+
+/* ---- metadata (trace_info context) ----------------------------------- */
+
+static void jstr(JsonBuilder *jb, const char *k, const char *v)
+{
+	if (!v)
+		return;
+	json_builder_set_member_name(jb, k);
+	json_builder_add_string_value(jb, v);
+}
+
+static void jint(JsonBuilder *jb, const char *k, int64_t v)
+{
+	json_builder_set_member_name(jb, k);
+	json_builder_add_int_value(jb, v);
+}
+
+static void jdbl(JsonBuilder *jb, const char *k, double v)
+{
+	json_builder_set_member_name(jb, k);
+	json_builder_add_double_value(jb, v);
+}
+
+static char *meta_json(const struct recording *rc, const struct report_meta *m, const struct profile *p,
+		       const char *build_id)
+{
+	JsonBuilder *jb = json_builder_new();
+	JsonGenerator *gen = json_generator_new();
+	JsonNode *root;
+	char *s;
+
+	json_builder_begin_object(jb);
+	jint(jb, "pid", m->pid);
+	jstr(jb, "exe", m->exe);
+	jstr(jb, "build_id", build_id);
+	jstr(jb, "ocaml_version", m->ocaml_version);
+	jstr(jb, "command", m->command);
+	jstr(jb, "sampler_mode", m->sampler_mode);
+	jstr(jb, "executor", m->executor);
+	jstr(jb, "minor_off_why", m->minor_off_why);
+	jstr(jb, "minor_source", m->minor_source);
+	jstr(jb, "end_reason", m->end_reason);
+	jstr(jb, "census_off_why", m->census_off_why);
+	jint(jb, "census", m->census_on);
+	jdbl(jb, "duration_s", m->duration_s);
+	jdbl(jb, "attach_s", m->attach_s);
+	jint(jb, "start_unix_ns", m->start_unix_ns);
+	jint(jb, "max_frames", m->max_frames);
+	jint(jb, "probes_emulated", m->probes_emulated);
+	jint(jb, "probes_total", m->probes_total);
+	jint(jb, "plugins", m->plugins);
+	jint(jb, "unreadable_files", m->unreadable_files);
+	jdbl(jb, "cpu_s", m->cpu_s);
+	jdbl(jb, "max_rss_mib", m->max_rss_mib);
+	jint(jb, "fates_drained", (int64_t)m->fates_drained);
+	jint(jb, "orphan_fates", (int64_t)p->orphan_fates);
+	jint(jb, "exec_stops", (int64_t)m->exec_stops);
+	jint(jb, "exec_writes", (int64_t)m->exec_writes);
+	jint(jb, "exec_stale", (int64_t)m->exec_stale);
+	jint(jb, "exec_pending", (int64_t)m->exec_pending);
+	jint(jb, "exec_errors", (int64_t)m->exec_errors);
+	jint(jb, "exec_passed_signals", (int64_t)m->exec_passed_signals);
+	jdbl(jb, "exec_service_s", m->exec_service_s);
+	json_builder_set_member_name(jb, "counters");
+	json_builder_begin_array(jb);
+	for (int i = 0; i < CH_CNT__COUNT; i++)
+		json_builder_add_int_value(jb, (int64_t)m->counters[i]);
+	json_builder_end_array(jb);
+	json_builder_end_object(jb);
+	root = json_builder_get_root(jb);
+	json_generator_set_root(gen, root);
+	s = json_generator_to_data(gen, NULL);
+	json_node_unref(root);
+	g_object_unref(gen);
+	g_object_unref(jb);
+	return s;
+}
+
+int recording_finish(struct recording *rc, const struct report_meta *m, const struct profile *p,
+		     struct modules *mods)
+{
+	char build_id[128] = "", host[256] = "";
+	struct outfile out;
+	int ret;
+
+	if (rc->err)
+		return rc->err;
+	for (size_t i = 0; i < mods->n; i++)
+		if (mods->v[i].is_exe && mods->v[i].img)
+			if (elf_image_build_id(mods->v[i].img, build_id, sizeof(build_id)) <= 0)
+				build_id[0] = 0;
+	gethostname(host, sizeof(host) - 1);
+	char *json = meta_json(rc, m, p, build_id[0] ? build_id : NULL);
+	char *context = g_strconcat(CONTEXT_MAGIC, json, NULL);
+	struct mt_info info = {
+		.sample_rate = rc->rate,
+		.word_size_bits = 64,
+		.executable = m->exe ? m->exe : "",
+		.host = host,
+		.runtime_params = "",
+		.pid = (uint64_t)rc->pid,
+		.start_us = rc->start_us,
+		.context = context,
+	};
+
+	g_free(json);
+	ret = outfile_open(&out, rc->output);
+	if (ret == 0) {
+		ret = mt_writer_finish(rc->w, &info, out.f);
+		if (ret < 0)
+			outfile_abort(&out);
+		else
+			ret = outfile_commit(&out);
+	}
+	g_free(context);
+	if (rc->log)
+		fflush(rc->log);
+	return ret;
+}
+
+void recording_free(struct recording *rc)
+{
+	if (!rc)
+		return;
+	mt_writer_free(rc->w);
+	if (rc->body)
+		fclose(rc->body);
+	if (rc->log)
+		fclose(rc->log);
+	if (rc->defined)
+		g_hash_table_destroy(rc->defined);
+	if (rc->ids)
+		g_hash_table_destroy(rc->ids);
+	free(rc->codes);
+	free(rc->output);
+	free(rc);
+}
+
+/* ---- reading --------------------------------------------------------- */
+
+struct loaded_priv {
+	struct mt_reader *r;
+	GStringChunk *strings;
+	char rawbuf[32][24];
+	unsigned rawnext;
+};
+
+static int recorded_lookup(void *ctx, uint64_t pc, unsigned alloc_idx, struct sym_frame *out, int max)
+{
+	struct loaded_priv *lp = ctx;
+	uint64_t code = (pc & PC_MASK) | (uint64_t)(alloc_idx & 0xff) << LEAF_IDX_SHIFT;
+	size_t n;
+	const struct mt_location *l = mt_reader_lookup(lp->r, code, &n);
+
+	if (!l && alloc_idx)
+		l = mt_reader_lookup(lp->r, pc & PC_MASK, &n);
+	if (max < 1)
+		return 0;
+	if (!l || !n) {
+		char *b = lp->rawbuf[lp->rawnext++ % 32];
+
+		snprintf(b, sizeof(lp->rawbuf[0]), "0x%llx", (unsigned long long)pc);
+		memset(out, 0, sizeof(*out));
+		out->function = b;
+		return 1;
+	}
+	if (n > (size_t)max)
+		n = (size_t)max;
+	for (size_t i = 0; i < n; i++) {
+		const struct mt_location *x = &l[n - 1 - i];
+
+		out[i] = (struct sym_frame){
+			.function = x->defname,
+			.file = x->filename[0] ? x->filename : NULL,
+			.line = (int)x->line,
+			.column = (int)x->start_char,
+			.end_column = (int)x->end_char,
+			.inlined = i + 1 < n,
+		};
+	}
+	return (int)n;
+}
+
+static const char *jget_str(struct loaded_priv *lp, JsonObject *o, const char *k)
+{
+	if (!json_object_has_member(o, k))
+		return NULL;
+	JsonNode *n = json_object_get_member(o, k);
+	if (JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING)
+		return g_string_chunk_insert_const(lp->strings, json_node_get_string(n));
+	return NULL;
+}
+
+static double jget_num(JsonObject *o, const char *k)
+{
+	if (!json_object_has_member(o, k))
+		return 0;
+	JsonNode *n = json_object_get_member(o, k);
+	if (!JSON_NODE_HOLDS_VALUE(n))
+		return 0;
+	GType t = json_node_get_value_type(n);
+	if (t == G_TYPE_INT64)
+		return (double)json_node_get_int(n);
+	if (t == G_TYPE_DOUBLE)
+		return json_node_get_double(n);
+	return 0;
+}
+
+static int64_t jget_int(JsonObject *o, const char *k)
+{
+	if (!json_object_has_member(o, k))
+		return 0;
+	JsonNode *n = json_object_get_member(o, k);
+	if (JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_INT64)
+		return json_node_get_int(n);
+	return (int64_t)jget_num(o, k);
+}
+
+/* Fill meta from the context JSON; returns false if it is not camlheap's. */
+static bool read_meta(struct recording_loaded *out, struct loaded_priv *lp, const char *context,
+		      uint64_t *orphans)
+{
+	JsonParser *jp;
+	JsonObject *o;
+	struct report_meta *m = &out->meta;
+	bool ok = false;
+
+	if (!context || strncmp(context, CONTEXT_MAGIC, strlen(CONTEXT_MAGIC)))
+		return false;
+	jp = json_parser_new();
+	if (json_parser_load_from_data(jp, context + strlen(CONTEXT_MAGIC), -1, NULL) &&
+	    JSON_NODE_HOLDS_OBJECT(json_parser_get_root(jp))) {
+		o = json_node_get_object(json_parser_get_root(jp));
+		m->pid = (int)jget_int(o, "pid");
+		m->exe = jget_str(lp, o, "exe");
+		out->build_id = jget_str(lp, o, "build_id");
+		m->ocaml_version = jget_str(lp, o, "ocaml_version");
+		m->command = jget_str(lp, o, "command");
+		m->sampler_mode = jget_str(lp, o, "sampler_mode");
+		m->executor = jget_str(lp, o, "executor");
+		m->minor_off_why = jget_str(lp, o, "minor_off_why");
+		m->minor_source = jget_str(lp, o, "minor_source");
+		m->end_reason = jget_str(lp, o, "end_reason");
+		m->census_off_why = jget_str(lp, o, "census_off_why");
+		m->census_on = jget_int(o, "census") != 0;
+		m->duration_s = jget_num(o, "duration_s");
+		m->attach_s = jget_num(o, "attach_s");
+		m->start_unix_ns = jget_int(o, "start_unix_ns");
+		m->max_frames = (unsigned)jget_int(o, "max_frames");
+		m->probes_emulated = (unsigned)jget_int(o, "probes_emulated");
+		m->probes_total = (unsigned)jget_int(o, "probes_total");
+		m->plugins = (unsigned)jget_int(o, "plugins");
+		m->unreadable_files = (unsigned)jget_int(o, "unreadable_files");
+		m->cpu_s = jget_num(o, "cpu_s");
+		m->max_rss_mib = jget_num(o, "max_rss_mib");
+		m->fates_drained = (uint64_t)jget_int(o, "fates_drained");
+		*orphans = (uint64_t)jget_int(o, "orphan_fates");
+		m->exec_stops = (uint64_t)jget_int(o, "exec_stops");
+		m->exec_writes = (uint64_t)jget_int(o, "exec_writes");
+		m->exec_stale = (uint64_t)jget_int(o, "exec_stale");
+		m->exec_pending = (uint64_t)jget_int(o, "exec_pending");
+		m->exec_errors = (uint64_t)jget_int(o, "exec_errors");
+		m->exec_passed_signals = (uint64_t)jget_int(o, "exec_passed_signals");
+		m->exec_service_s = jget_num(o, "exec_service_s");
+		if (json_object_has_member(o, "counters")) {
+			JsonArray *a = json_object_get_array_member(o, "counters");
+
+			for (guint i = 0; a && i < json_array_get_length(a) && i < CH_CNT__COUNT; i++)
+				m->counters[i] = (uint64_t)json_array_get_int_element(a, i);
+		}
+		ok = true;
+	}
+	g_object_unref(jp);
+	return ok;
+}
+
+static bool frame_matches(const struct mt_location *l, size_t n, const char *const *subs)
+{
+	for (size_t i = 0; i < n; i++)
+		for (const char *const *s = subs; *s; s++)
+			if (strstr(l[i].defname, *s) || strstr(l[i].filename, *s))
+				return true;
+	return false;
+}
+
+static uint64_t fnv1a(const uint64_t *v, size_t n, uint64_t extra)
+{
+	uint64_t h = 0xcbf29ce484222325ull ^ extra;
+
+	for (size_t i = 0; i < n; i++)
+		for (int b = 0; b < 64; b += 8) {
+			h ^= (v[i] >> b) & 0xff;
+			h *= 0x100000001b3ull;
+		}
+	return h | 1; /* never 0: 0 is "no stack" */
+}
+
+struct load_state {
+	struct recording_loaded *out;
+	struct loaded_priv *lp;
+	const struct recording_filter *f;
+	uint64_t from_us, to_us;
+	uint32_t minor, major, cycle, cycle_base;
+	uint64_t flags;
+	bool camlheap;
+	GByteArray *kept;          /* per object id: 1 kept, 2 kept and born in the minor heap, 0 not */
+	GHashTable *stack_ok;      /* stack hash -> GINT_TO_POINTER(1 keep, 2 drop) */
+	struct ch_sample_event *ev;
+	uint32_t clean_before;     /* clean notes before the window */
+};
+
+static bool stack_selected(struct load_state *s, const uint64_t *codes, size_t n, uint64_t h)
+{
+	const struct recording_filter *f = s->f;
+	gpointer v;
+
+	if (!f || (!f->focus && !f->ignore))
+		return true;
+	v = g_hash_table_lookup(s->stack_ok, &h);
+	if (v)
+		return GPOINTER_TO_INT(v) == 1;
+	bool focus_hit = !f->focus, ignore_hit = false;
+	for (size_t i = 0; i < n; i++) {
+		size_t nl;
+		const struct mt_location *l = mt_reader_lookup(s->lp->r, codes[i], &nl);
+
+		if (!l)
+			continue;
+		if (f->focus && frame_matches(l, nl, f->focus))
+			focus_hit = true;
+		if (f->ignore && frame_matches(l, nl, f->ignore))
+			ignore_hit = true;
+	}
+	bool ok = focus_hit && !ignore_hit;
+	g_hash_table_insert(s->stack_ok, u64_dup(h), GINT_TO_POINTER(ok ? 1 : 2));
+	return ok;
+}
+
+static void load_alloc(struct load_state *s, const struct mt_event *e)
+{
+	struct ch_sample_event *ev = s->ev;
+	const uint64_t *codes = e->codes;
+	size_t n = e->ncodes;
+	unsigned kind, term = CH_TERM_CLEAN;
+	bool in_window = e->time_us >= s->from_us && e->time_us <= s->to_us;
+	uint8_t keep = 0;
+
+	if (s->kept->len <= e->id)
+		g_byte_array_set_size(s->kept, (guint)e->id + 1);
+	s->out->allocs_read++;
+	if (!in_window)
+		goto done;
+	if (s->camlheap) {
+		kind = (unsigned)(s->flags & 3);
+	} else {
+		kind = e->source == MT_SRC_MINOR ? CH_KIND_MINOR : e->source == MT_SRC_EXTERNAL ? CH_KIND_CUSTOM
+											  : CH_KIND_MAJOR;
+	}
+	if (n && (codes[0] & CODE_TERM) && !(codes[0] & CODE_ANN)) {
+		term = (unsigned)(codes[0] & 0xff);
+		if (term >= CH_TERM__COUNT)
+			term = CH_TERM_UNKNOWN_PC;
+		codes++;
+		n--;
+	}
+	if (n > CH_MAX_FRAMES) {
+		/* keep the leaf side, as the kernel does at its depth limit */
+		codes += n - CH_MAX_FRAMES;
+		n = CH_MAX_FRAMES;
+		term = CH_TERM_DEPTH;
+	}
+	memset(ev, 0, CH_EVENT_HEADER_BYTES);
+	for (size_t i = 0; i < n; i++)
+		ev->frames[i] = codes[n - 1 - i] & PC_MASK;
+	uint64_t h = e->ncodes ? fnv1a((const uint64_t *)ev->frames, n, term) : 0;
+	if (!stack_selected(s, codes, n, h ? h : 1))
+		goto done;
+	ev->stack_id = h;
+	ev->time_ns = e->time_us * 1000;
+	ev->block_addr = 0;
+	ev->size_words = kind == CH_KIND_CUSTOM ? e->length : e->length + 1;
+	ev->minor_gcs = s->minor;
+	ev->major_gcs = s->major;
+	ev->clean_phases = s->cycle > s->cycle_base ? s->cycle - s->cycle_base : 0;
+	ev->nsamples = e->nsamples > UINT32_MAX ? UINT32_MAX : (uint32_t)e->nsamples;
+	ev->kind = (uint8_t)kind;
+	ev->term = (uint8_t)term;
+	ev->nframes = (uint32_t)n;
+	ev->has_frames = h && !g_hash_table_contains(s->out->prof->stacks, &h);
+	if (s->camlheap) {
+		ev->in_minor_heap = (s->flags >> 2) & 1;
+		ev->sample_id = (s->flags >> 3) & 1 ? e->id + 1 : 0;
+		ev->alloc_idx = (uint8_t)(s->flags >> 8);
+		ev->nallocs = (uint16_t)(s->flags >> 16);
+	} else {
+		ev->in_minor_heap = e->source == MT_SRC_MINOR;
+		ev->sample_id = e->id + 1;
+		ev->alloc_idx = (uint8_t)(n ? (codes[n - 1] >> LEAF_IDX_SHIFT) & 0xff : 0);
+		ev->nallocs = 1;
+	}
+	if (!ev->nallocs)
+		ev->nallocs = 1;
+	profile_add_event(s->out->prof, ev, CH_EVENT_HEADER_BYTES + n * sizeof(uint64_t));
+	s->out->allocs_kept++;
+	keep = ev->sample_id ? 1 : 0;
+done:
+	s->kept->data[e->id] = keep;
+}
+
+static void load_fate(struct load_state *s, uint64_t t_us, uint64_t id, unsigned kind)
+{
+	struct ch_fate_event f = { 0 };
+
+	if (t_us > s->to_us || id >= s->kept->len || !s->kept->data[id])
+		return;
+	f.sample_id = id + 1;
+	f.time_ns = t_us * 1000;
+	f.minor_gcs = s->minor;
+	f.major_gcs = s->major;
+	f.kind = (uint8_t)kind;
+	if (kind == CH_FATE_DEAD_MINOR) {
+		/* a collect: dead in the minor heap if never promoted */
+		const struct profile_block *b = g_hash_table_lookup(s->out->prof->blocks, &f.sample_id);
+
+		if (b && b->state != PROFILE_BLOCK_YOUNG)
+			f.kind = CH_FATE_DEAD_MAJOR;
+	}
+	profile_add_fate(s->out->prof, &f, sizeof(f));
+}
+
+static void load_annotation(struct load_state *s, uint64_t t_us, uint64_t code)
+{
+	uint64_t v = code & ANN_PAYLOAD;
+
+	switch ((code >> 56) & 0x3f) {
+	case ANN_GC:
+		s->minor = (uint32_t)v;
+		s->major = (uint32_t)(v >> 32);
+		break;
+	case ANN_CYCLE:
+		s->cycle = (uint32_t)v;
+		break;
+	case ANN_CLEAN:
+		if (t_us < s->from_us) {
+			s->clean_before = (uint32_t)v;
+			s->cycle_base = s->clean_before;
+		} else if (t_us <= s->to_us) {
+			struct ch_fate_event f = { 0 };
+
+			f.time_ns = t_us * 1000;
+			f.minor_gcs = s->minor;
+			f.major_gcs = s->major;
+			f.clean_phases = (uint32_t)v - s->cycle_base;
+			f.tracked = (uint32_t)(v >> 32);
+			f.kind = CH_NOTE_MAJOR_CLEAN;
+			profile_add_fate(s->out->prof, &f, sizeof(f));
+		}
+		break;
+	case ANN_FATE:
+		load_fate(s, t_us, v & PC_MASK, (unsigned)(v >> 48) & 0xff);
+		break;
+	case ANN_ALLOC:
+		s->flags = v;
+		break;
+	}
+}
+
+int recording_load(const char *path, const struct recording_filter *f, struct recording_loaded *out, char *err,
+		   size_t errlen)
+{
+	struct loaded_priv *lp = calloc(1, sizeof(*lp));
+	struct load_state s = { 0 };
+	struct mt_event e;
+	uint64_t orphans = 0, last_us;
+	bool any_fate = false;
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	if (!lp)
+		return -ENOMEM;
+	out->priv = lp;
+	lp->strings = g_string_chunk_new(1024);
+	ret = mt_reader_open(path, &lp->r, err, errlen);
+	if (ret < 0) {
+		recording_loaded_free(out);
+		return ret;
+	}
+	const struct mt_info *info = mt_reader_info(lp->r);
+	out->prof = profile_new(info->sample_rate);
+	s.ev = malloc(sizeof(*s.ev));
+	if (!out->prof || !s.ev) {
+		free(s.ev);
+		recording_loaded_free(out);
+		return -ENOMEM;
+	}
+	out->camlheap = read_meta(out, lp, info->context, &orphans);
+	if (!out->camlheap) {
+		out->meta.pid = (int)info->pid;
+		out->meta.exe = g_string_chunk_insert_const(lp->strings, info->executable);
+		out->meta.ocaml_version = "?";
+		out->meta.executor = "memtrace (in-process)";
+		out->meta.sampler_mode = "Gc.Memprof in the program (memtrace)";
+		out->meta.end_reason = "trace end";
+		out->meta.start_unix_ns = (int64_t)info->start_us * 1000;
+	}
+	out->mods.recorded_lookup = recorded_lookup;
+	out->mods.recorded_ctx = lp;
+	s.out = out;
+	s.lp = lp;
+	s.f = f;
+	s.camlheap = out->camlheap;
+	s.from_us = info->start_us + (uint64_t)((f && f->from_s > 0 ? f->from_s : 0) * 1e6);
+	s.to_us = f && f->to_s >= 0 ? info->start_us + (uint64_t)(f->to_s * 1e6) : UINT64_MAX;
+	s.kept = g_byte_array_new();
+	s.stack_ok = g_hash_table_new_full(u64_hash, u64_equal, g_free, NULL);
+	last_us = info->start_us;
+	while ((ret = mt_reader_next(lp->r, &e)) > 0) {
+		last_us = e.time_us;
+		switch (e.type) {
+		case MT_EV_LOCATION:
+			if (e.code & CODE_ANN)
+				load_annotation(&s, e.time_us, e.code);
+			break;
+		case MT_EV_ALLOC:
+			load_alloc(&s, &e);
+			break;
+		case MT_EV_PROMOTE:
+			any_fate = true;
+			load_fate(&s, e.time_us, e.id, CH_FATE_PROMOTE);
+			break;
+		case MT_EV_COLLECT:
+			any_fate = true;
+			load_fate(&s, e.time_us, e.id, CH_FATE_DEAD_MINOR);
+			break;
+		default:
+			break;
+		}
+	}
+	mt_reader_skipped(lp->r, &out->skipped_pid, &out->skipped_truncated);
+	free(s.ev);
+	g_byte_array_free(s.kept, TRUE);
+	g_hash_table_destroy(s.stack_ok);
+	if (ret < 0) {
+		snprintf(err, errlen, "%s: %s", path, mt_reader_error(lp->r));
+		recording_loaded_free(out);
+		return ret;
+	}
+	if (!out->camlheap) {
+		out->meta.census_on = any_fate;
+		if (!any_fate)
+			out->meta.census_off_why = "the trace has no promote or collect events";
+		out->meta.duration_s = (double)(last_us - info->start_us) / 1e6;
+	}
+	if (!f || (f->from_s <= 0 && f->to_s < 0 && !f->focus && !f->ignore))
+		out->prof->orphan_fates += orphans;
+	else {
+		double from = f->from_s > 0 ? f->from_s : 0;
+		double end = out->camlheap ? out->meta.duration_s + out->meta.attach_s
+					   : (double)(last_us - info->start_us) / 1e6;
+		double to = f->to_s >= 0 && f->to_s < end ? f->to_s : end;
+
+		out->meta.duration_s = to > from ? to - from : 0;
+	}
+	return 0;
+}
+
+void recording_loaded_free(struct recording_loaded *l)
+{
+	struct loaded_priv *lp = l->priv;
+
+	profile_free(l->prof);
+	if (lp) {
+		mt_reader_close(lp->r);
+		if (lp->strings)
+			g_string_chunk_free(lp->strings);
+		free(lp);
+	}
+	memset(l, 0, sizeof(*l));
+}
+
+int recording_dump(const char *path, FILE *out)
+{
+	struct mt_reader *r;
+	struct mt_event e;
+	char err[512];
+	int ret = mt_reader_open(path, &r, err, sizeof(err));
+
+	if (ret < 0) {
+		fprintf(stderr, "camlheap: %s\n", err);
+		return 2;
+	}
+	const struct mt_info *info = mt_reader_info(r);
+	fprintf(out, "trace_info rate %g word_size %u pid %llu start %llu executable %s host %s context %s\n",
+		info->sample_rate, info->word_size_bits, (unsigned long long)info->pid,
+		(unsigned long long)info->start_us, info->executable, info->host, info->context);
+	while ((ret = mt_reader_next(r, &e)) > 0)
+		mt_event_print(out, &e);
+	if (ret < 0) {
+		fprintf(stderr, "camlheap: %s: %s\n", path, mt_reader_error(r));
+		mt_reader_close(r);
+		return 2;
+	}
+	unsigned wp, tr;
+	mt_reader_skipped(r, &wp, &tr);
+	if (wp || tr)
+		fprintf(stderr, "camlheap: %s: skipped %u packet(s) of another pid, %u truncated\n", path, wp, tr);
+	mt_reader_close(r);
+	return 0;
+}
