@@ -3,6 +3,7 @@
 #   make test     build, then run every test (unit + end-to-end on real processes; root)
 #   make demo     profile Debian's ocamlopt.opt compiling a large stdlib file
 #   make bench    overhead ratios, side by side in one run
+#   make fuzz     the memtrace writer and reader against each other (FUZZ_SECONDS, default 600)
 #   make deps     only install the Debian packages
 
 BUILD    ?= build
@@ -14,7 +15,8 @@ OCAMLOPT ?= ocamlopt
 # Debian 12 packages the build, the tests, the demo and the bench need.
 DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-dev pkg-config make gcc \
             ocaml-nox python3 python3-pyelftools procps util-linux strace \
-            protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libjson-glib-dev
+            protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libjson-glib-dev \
+            libclang-rt-14-dev libdevel-nytprof-perl chromium libxml2-utils
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD) \
@@ -36,7 +38,7 @@ FIXTURES     := $(patsubst tests/fixtures/%.ml,$(BUILD)/fixtures/%,$(FIXTURE_SRC
 UNIT_SRCS    := $(wildcard tests/unit_*.c)
 UNIT_BINS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 
-.PHONY: all deps test test-vm demo bench clean fixtures unit
+.PHONY: all deps test test-vm demo bench clean fixtures unit fuzz
 .DELETE_ON_ERROR:
 # BPF objects and skeletons are intermediate files of a chain: keep them.
 .SECONDARY: $(BPF_OBJS) $(SKELS)
@@ -115,7 +117,19 @@ $(BUILD)/tests/unit_%: tests/unit_%.c $(USER_OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-unit: $(UNIT_BINS)
+unit: $(UNIT_BINS) $(BUILD)/tests/fuzz_memtrace
+
+# The memtrace writer and reader against each other (libFuzzer, ASan,
+# UBSan); `make test` runs it on a bounded corpus, `make fuzz` for longer.
+$(BUILD)/tests/fuzz_memtrace: tests/fuzz_memtrace.c user/memtrace.c user/memtrace.h | $(BUILD)/.deps
+	@mkdir -p $(@D)
+	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iuser \
+	  $(shell pkg-config --cflags glib-2.0) -o $@ tests/fuzz_memtrace.c user/memtrace.c \
+	  $(shell pkg-config --libs glib-2.0)
+
+fuzz: $(BUILD)/tests/fuzz_memtrace
+	@mkdir -p $(BUILD)/fuzz-corpus
+	$(BUILD)/tests/fuzz_memtrace -max_total_time=$${FUZZ_SECONDS:-600} -max_len=65536 $(BUILD)/fuzz-corpus
 
 test: all fixtures unit
 	python3 tests/run_tests.py

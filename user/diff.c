@@ -1,6 +1,8 @@
 /* diff.c -- see diff.h. */
 #define _GNU_SOURCE
 #include "diff.h"
+#include "recording.h"
+#include "report.h"
 
 #include <errno.h>
 #include <math.h>
@@ -131,13 +133,51 @@ double diff_site_z(double k1, double l1, double k2, double l2)
 	return (k1 - n * p) / sqrt(n * p * (1 - p));
 }
 
+/* Does the file start as a memtrace trace (its first packet's magic)? */
+static bool is_trace(const char *path)
+{
+	unsigned char m[4];
+	FILE *f = fopen(path, "rb");
+	bool yes = f && fread(m, 1, 4, f) == 4 && m[0] == 0xc1 && m[1] == 0x1f && m[2] == 0xfc && m[3] == 0xc1;
+
+	if (f)
+		fclose(f);
+	return yes;
+}
+
 static int load(const char *path, struct doc *d)
 {
 	GError *err = NULL;
 	JsonNode *root;
 
 	d->parser = json_parser_new();
-	if (!json_parser_load_from_file(d->parser, path, &err)) {
+	if (is_trace(path)) {
+		/* a recording (memtrace trace): its JSON rendering */
+		struct recording_loaded rl;
+		char msg[1024], *buf = NULL;
+		size_t len = 0;
+		FILE *mem;
+		int ret = recording_load(path, NULL, &rl, msg, sizeof(msg));
+
+		if (ret < 0) {
+			fprintf(stderr, "camlheap: %s\n", msg);
+			return -1;
+		}
+		if (rl.meta.census_on)
+			profile_census_compute(rl.prof);
+		mem = open_memstream(&buf, &len);
+		ret = mem ? report_write_json(mem, rl.prof, &rl.meta, &rl.mods) : -ENOMEM;
+		if (mem)
+			fclose(mem);
+		recording_loaded_free(&rl);
+		if (ret < 0 || !json_parser_load_from_data(d->parser, buf, (gssize)len, &err)) {
+			fprintf(stderr, "camlheap: cannot render %s: %s\n", path, err ? err->message : strerror(-ret));
+			g_clear_error(&err);
+			free(buf);
+			return -1;
+		}
+		free(buf);
+	} else if (!json_parser_load_from_file(d->parser, path, &err)) {
 		fprintf(stderr, "camlheap: cannot read %s: %s\n", path, err ? err->message : "unknown error");
 		g_clear_error(&err);
 		return -1;
@@ -148,8 +188,8 @@ static int load(const char *path, struct doc *d)
 		      "camlheap-report") ||
 	    json_object_get_int_member_with_default(json_node_get_object(root), "version", 0) != 1) {
 		fprintf(stderr,
-			"camlheap: %s is not a camlheap recording in JSON (write one with camlheap record "
-			"--format json -o FILE)\n",
+			"camlheap: %s is not a camlheap recording (write one with camlheap record -o FILE, "
+			"or its JSON with --format json)\n",
 			path);
 		return -1;
 	}

@@ -1,7 +1,7 @@
-/* diff.h -- `camlheap diff A.json B.json`: per-site change in allocated and
- * live bytes between two recordings (their --format json documents,
- * docs/json.md), each flagged significant or not from the sampling
- * variance.
+/* diff.h -- `camlheap diff A B`: per-site change in allocated and live
+ * bytes between two recordings (recording files, recording.h, or their
+ * --format json documents, docs/json.md), each flagged significant or
+ * not from the sampling variance.
  */
 #ifndef CH_DIFF_H
 #define CH_DIFF_H
@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 struct diff_opts {
-	const char *a, *b;  /* the two JSON recordings */
+	const char *a, *b;  /* the two recordings (trace files or JSON documents) */
 	const char *output; /* file, or NULL / "-" for stdout */
 	int top;            /* sites shown */
 	double alpha;       /* family-wise significance level, 0 < alpha < 1 */

@@ -299,13 +299,14 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 }
 
 static const char diff_doc[] =
-	"Compare two recordings written with `camlheap record --format json`: per allocation site "
+	"Compare two recordings (written with `camlheap record -o FILE`, or their JSON from --format json "
+	"or `camlheap report --format json`): per allocation site "
 	"(matched by kind and source stack), the allocated and live bytes in each, the change, and "
 	"whether it is significant given the sampling variance (a binomial test on how the site's "
 	"samples split between the runs, the rates accounted for; Bonferroni over the sites at "
 	"--alpha).\n"
 	"\n"
-	"  camlheap diff A.json B.json [-o FILE] [--top N] [--alpha A] [--by line|stack]";
+	"  camlheap diff A B [-o FILE] [--top N] [--alpha A] [--by line|stack]";
 
 static const struct argp_option diff_options[] = {
 	{ "output", 'o', "FILE", 0, "Write the table to FILE (via a temporary file and rename; default stdout)", 0 },
@@ -354,7 +355,7 @@ static error_t diff_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case ARGP_KEY_END:
 		if (!o->b)
-			argp_error(state, "diff takes two recordings: camlheap diff A.json B.json");
+			argp_error(state, "diff takes two recordings: camlheap diff A B");
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
@@ -606,7 +607,7 @@ int main(int argc, char **argv)
 		return record_command(argc, argv, false);
 	if (!strcmp(argv[1], "diff")) {
 		struct diff_opts o = { .top = 30, .alpha = 0.01 };
-		struct argp argp = { diff_options, diff_parse, "A.json B.json", diff_doc, NULL, NULL, NULL };
+		struct argp argp = { diff_options, diff_parse, "A B", diff_doc, NULL, NULL, NULL };
 
 		argv[1] = "camlheap diff";
 		if (argp_parse(&argp, argc - 1, argv + 1, 0, NULL, &o))

@@ -529,7 +529,8 @@ int mt_put_alloc(struct mt_writer *w, uint64_t t_us, uint64_t length, uint64_t n
 		w->ev.p[len_off] = (uint8_t)nenc;
 	else
 		set16(w->ev.p + len_off, (uint16_t)nenc);
-	memcpy(w->last_bt, codes, ncodes * sizeof(*codes));
+	if (ncodes)
+		memcpy(w->last_bt, codes, ncodes * sizeof(*codes));
 	w->last_bt_len = ncodes;
 	uint64_t my_id = w->next_id;
 	int ret = commit_event(w, t, 1);

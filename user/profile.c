@@ -130,6 +130,7 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 		site->alloc_idx = ev->alloc_idx;
 		site->nallocs = ev->nallocs;
 		site->stack_id = ev->stack_id;
+		site->seq = g_hash_table_size(p->sites);
 		g_hash_table_insert(p->sites, k, site);
 	}
 	if (!site->stack)
@@ -405,10 +406,10 @@ static int site_cmp(const void *a, const void *b)
 		return x->samples > y->samples ? -1 : 1;
 	if (x->kind != y->kind)
 		return x->kind < y->kind ? -1 : 1;
-	if (x->stack_id != y->stack_id)
-		return x->stack_id < y->stack_id ? -1 : 1;
-	if (x->alloc_idx != y->alloc_idx)
-		return x->alloc_idx < y->alloc_idx ? -1 : 1;
+	/* then the order they first appeared in: the same for a recording
+	 * read back, whose stack ids are its own */
+	if (x->seq != y->seq)
+		return x->seq < y->seq ? -1 : 1;
 	return 0;
 }
 

@@ -24,6 +24,7 @@ struct profile_site {
 	uint8_t alloc_idx;     /* minor: the allocation of a combined (Comballoc) block, else 0 */
 	uint32_t nallocs;      /* minor: allocations combined at that point, else 1 */
 	uint64_t stack_id;
+	uint32_t seq;          /* sites created before this one (ties in sorting follow it) */
 	const struct profile_stack *stack; /* NULL if its frames never arrived */
 	uint64_t samples;      /* sum of nsamples */
 	uint64_t events;       /* sampled blocks */
@@ -132,8 +133,8 @@ void profile_census_compute(struct profile *p);
  * third between two)?  False with fewer than 3 clean phases. */
 bool profile_site_live_grows(const struct profile_site *site);
 
-/* All sites, sorted by samples (descending), ties by kind then stack id for
- * a deterministic order.  Returns the count; *out is a malloc'd array of
+/* All sites, sorted by samples (descending), ties by kind then the order
+ * the sites first appeared in, for a deterministic order.  Returns the count; *out is a malloc'd array of
  * pointers into the profile (free the array, not the sites). */
 size_t profile_sites_sorted(const struct profile *p, const struct profile_site ***out);
 
