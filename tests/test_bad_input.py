@@ -161,7 +161,7 @@ def test_output_to_devices_fifos_and_symlinks():
     got = []
     t = threading.Thread(target=lambda: got.append(open(fifo).read()))
     t.start()
-    rc, out, err = _camlheap(["record", "-o", fifo, "--"] + exe)
+    rc, out, err = _camlheap(["record", "--format", "text", "-o", fifo, "--"] + exe)
     t.join(30)
     assert rc == 3 and stat.S_ISFIFO(os.stat(fifo).st_mode), (rc, err)
     assert got and got[0].startswith("camlheap: executor "), got
@@ -190,7 +190,7 @@ def test_output_path_refused_before_running():
         rc, out, err = _camlheap(["record", "-o", path, "--", fixture("exit_code")])
         assert rc == 2 and what in err and "TRUTH" not in out, (path, rc, err)
     # the longest valid name works (the temporary gets a short name)
-    longest = os.path.join(d, "b" * 255)
+    longest = os.path.join(d, "b" * 251 + ".txt")
     rc, out, err = _camlheap(["record", "-o", longest, "--", fixture("exit_code")])
     assert rc == 3 and open(longest).read().startswith("camlheap:"), (rc, err)
 

@@ -58,6 +58,8 @@ static uint64_t function_id(struct builder *b, const struct sym_frame *f)
 
 	if (fn) {
 		g_bytes_unref(k);
+		if (!fn->start_line && f->start_line > 0)
+			fn->start_line = f->start_line;
 		return fn->id;
 	}
 	fn = own(b, calloc(1, sizeof(*fn)));
@@ -70,6 +72,7 @@ static uint64_t function_id(struct builder *b, const struct sym_frame *f)
 	fn->name = str_ix(b, f->function ? f->function : "?");
 	fn->system_name = fn->name;
 	fn->filename = str_ix(b, f->file);
+	fn->start_line = f->start_line > 0 ? f->start_line : 0;
 	g_ptr_array_add(b->function_v, fn);
 	g_hash_table_insert(b->functions, k, fn);
 	return fn->id;

@@ -20,6 +20,7 @@
 #define CONTEXT_MAGIC "camlheap-recording 1 "
 #define CODE_ANN (1ull << 62)            /* annotation: a location event only, never in a backtrace */
 #define CODE_TERM (1ull << 61)           /* outermost code of a walk that ended early */
+#define CODE_FUNC (1ull << 60)           /* a function's start line: a location event only, never in a backtrace */
 #define LEAF_IDX_SHIFT 48                /* Comballoc index on the allocation point's code */
 #define PC_MASK ((1ull << LEAF_IDX_SHIFT) - 1)
 #define ANN_PAYLOAD ((1ull << 56) - 1)
@@ -51,6 +52,7 @@ struct recording {
 	int64_t mono_to_real_ns;
 	GHashTable *defined;      /* codes with a location event (uint64 set) */
 	GHashTable *ids;          /* kernel sample id -> object id */
+	GHashTable *funcs;        /* "function\0file" whose start line was written */
 	uint64_t gc, cycle, flags;
 	bool gc_set, cycle_set, flags_set;
 	uint64_t *codes;
@@ -103,6 +105,7 @@ int recording_new(const char *output, int pid, double rate, bool census_on, stru
 	rc->census_on = census_on;
 	rc->defined = g_hash_table_new_full(u64_hash, u64_equal, g_free, NULL);
 	rc->ids = g_hash_table_new_full(u64_hash, u64_equal, g_free, g_free);
+	rc->funcs = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	ret = mt_writer_new(rc->body, (uint64_t)pid, rc->start_us, &rc->w);
 	if (ret < 0) {
 		recording_free(rc);
@@ -176,6 +179,20 @@ static void define_code(struct recording *rc, struct modules *mods, uint64_t t, 
 	}
 	note_err(rc, mt_put_location(rc->w, t, code, locs, (size_t)n));
 	g_hash_table_add(rc->defined, u64_dup(code));
+	/* the function's start line (pprof's Function.start_line), once */
+	if (!(code & CODE_TERM) && n > 0 && fr[n - 1].start_line > 0) {
+		char *key = g_strdup_printf("%s|%s", locs[0].defname, locs[0].filename);
+
+		if (g_hash_table_contains(rc->funcs, key)) {
+			g_free(key);
+		} else {
+			struct mt_location fl = { .filename = locs[0].filename, .defname = locs[0].defname,
+						  .line = (uint32_t)fr[n - 1].start_line };
+
+			note_err(rc, mt_put_location(rc->w, t, CODE_FUNC | g_hash_table_size(rc->funcs), &fl, 1));
+			g_hash_table_add(rc->funcs, key);
+		}
+	}
 }
 
 static void add_sample(struct recording *rc, const struct profile *p, struct modules *mods,
@@ -412,6 +429,8 @@ void recording_free(struct recording *rc)
 		g_hash_table_destroy(rc->defined);
 	if (rc->ids)
 		g_hash_table_destroy(rc->ids);
+	if (rc->funcs)
+		g_hash_table_destroy(rc->funcs);
 	free(rc->codes);
 	free(rc->output);
 	free(rc);
@@ -421,6 +440,7 @@ void recording_free(struct recording *rc)
 
 struct loaded_priv {
 	struct mt_reader *r;
+	GHashTable *start_lines;  /* "function|file" -> start line */
 	GStringChunk *strings;
 	char rawbuf[32][24];
 	unsigned rawnext;
@@ -458,6 +478,12 @@ static int recorded_lookup(void *ctx, uint64_t pc, unsigned alloc_idx, struct sy
 			.end_column = (int)x->end_char,
 			.inlined = i + 1 < n,
 		};
+	}
+	if (n) {
+		char *key = g_strdup_printf("%s|%s", l[0].defname, l[0].filename);
+
+		out[n - 1].start_line = GPOINTER_TO_INT(g_hash_table_lookup(lp->start_lines, key));
+		g_free(key);
 	}
 	return (int)n;
 }
@@ -761,6 +787,7 @@ int recording_load(const char *path, const struct recording_filter *f, struct re
 		return -ENOMEM;
 	out->priv = lp;
 	lp->strings = g_string_chunk_new(1024);
+	lp->start_lines = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	ret = mt_reader_open(path, &lp->r, err, errlen);
 	if (ret < 0) {
 		recording_loaded_free(out);
@@ -801,6 +828,10 @@ int recording_load(const char *path, const struct recording_filter *f, struct re
 		case MT_EV_LOCATION:
 			if (e.code & CODE_ANN)
 				load_annotation(&s, e.time_us, e.code);
+			else if ((e.code & CODE_FUNC) && e.nlocs == 1)
+				g_hash_table_insert(lp->start_lines,
+						    g_strdup_printf("%s|%s", e.locs[0].defname, e.locs[0].filename),
+						    GINT_TO_POINTER((int)e.locs[0].line));
 			break;
 		case MT_EV_ALLOC:
 			load_alloc(&s, &e);
@@ -854,6 +885,8 @@ void recording_loaded_free(struct recording_loaded *l)
 		mt_reader_close(lp->r);
 		if (lp->strings)
 			g_string_chunk_free(lp->strings);
+		if (lp->start_lines)
+			g_hash_table_destroy(lp->start_lines);
 		free(lp);
 	}
 	memset(l, 0, sizeof(*l));

@@ -460,7 +460,42 @@ static int symbolizer_from_dwarf(struct symbolizer *s, uint64_t retaddr, Dwarf_D
 	return n;
 }
 
+/* The line of the function holding `retaddr` at its entry (the line its
+ * definition starts on: ocamlopt -g and C compilers put a line-table
+ * entry at a function's first instruction), if the line table names the
+ * same file as `file`; 0 otherwise. */
+static int symbolizer_start_line(struct symbolizer *s, uint64_t retaddr, const char *file)
+{
+	const struct elf_symbol *sym;
+	Dwfl_Line *line;
+	const char *lf, *b1, *b2;
+	int lineno = 0;
+
+	if (!s->dwfl || !retaddr || !file || !(sym = elf_image_function_at(s->img, retaddr - 1)))
+		return 0;
+	line = dwfl_module_getsrc(s->mod, sym->vaddr + s->dwfl_bias);
+	if (!line || !(lf = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL)))
+		return 0;
+	b1 = strrchr(lf, '/');
+	b2 = strrchr(file, '/');
+	return strcmp(b1 ? b1 + 1 : lf, b2 ? b2 + 1 : file) ? 0 : lineno;
+}
+
+static int symbolizer_resolve1(struct symbolizer *s, uint64_t retaddr, unsigned alloc_idx, struct sym_frame *frames,
+			       enum sym_source *src);
+
 static int symbolizer_resolve(struct symbolizer *s, uint64_t retaddr, unsigned alloc_idx, struct sym_frame *frames,
+			      enum sym_source *src)
+{
+	int n = symbolizer_resolve1(s, retaddr, alloc_idx, frames, src);
+
+	/* the outermost frame is the function the code belongs to */
+	if (n > 0 && frames[n - 1].line > 0)
+		frames[n - 1].start_line = symbolizer_start_line(s, retaddr, frames[n - 1].file);
+	return n;
+}
+
+static int symbolizer_resolve1(struct symbolizer *s, uint64_t retaddr, unsigned alloc_idx, struct sym_frame *frames,
 			      enum sym_source *src)
 {
 	Dwarf_Die *cudie = NULL;

@@ -25,6 +25,9 @@ struct sym_frame {
 	int line;              /* 0 when unknown */
 	int column;            /* start character, 0 when unknown */
 	int end_column;        /* end character (frame-table debuginfo), 0 when unknown */
+	int start_line;        /* line of the function's first instruction (DWARF line table; for
+				* OCaml 4.x, the first line of its body), outermost frame only;
+				* 0 when unknown */
 	int inlined;           /* this frame was inlined into the next one */
 };
 
