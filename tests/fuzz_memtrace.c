@@ -174,6 +174,13 @@ static void roundtrip(const uint8_t *data, size_t size)
 	rewind(out);
 	if (!buf || fread(buf, 1, (size_t)sz, out) != (size_t)sz)
 		abort();
+	/* FUZZ_SAVE=path: keep the trace (a test reads it with camlheap report) */
+	const char *save = getenv("FUZZ_SAVE");
+	if (save && *save) {
+		FILE *f = fopen(save, "wb");
+		if (!f || fwrite(buf, 1, (size_t)sz, f) != (size_t)sz || fclose(f))
+			abort();
+	}
 	struct mt_reader *r;
 	struct mt_event e;
 	char err[256];

@@ -338,3 +338,27 @@ def test_fuzz_memtrace_writer_against_reader():
     p = subprocess.run([exe, "-runs=1500", "-seed=1", "-max_len=65536", "-artifact_prefix=" + corpus + "/", corpus],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=900)
     assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
+
+
+def test_report_reads_a_trace_camlheap_did_not_write():
+    # a trace with no camlheap metadata (as memtrace writes them), from the
+    # fuzz target's writer: every allocation counted, unknown codes named
+    # by address, live = never collected
+    exe = os.path.join(chtest.BUILD, "tests", "fuzz_memtrace")
+    d = chtest.tmpdir()
+    seed, trace = os.path.join(d, "seed"), os.path.join(d, "plain.ctf")
+    r = random.Random(5)
+    with open(seed, "wb") as f:
+        f.write(bytes(r.getrandbits(8) for _ in range(1 << 18)))
+    p = subprocess.run([exe, seed], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300,
+                       env=dict(os.environ, FUZZ_SAVE=trace))
+    assert p.returncode == 0, p.stderr.decode(errors="replace")[-2000:]
+    events = [l.split() for l in _camlheap(["dump-trace", trace]).stdout.decode().splitlines()[1:]]
+    allocs = {e[2]: int(e[6]) for e in events if e[1] == "alloc"}
+    collected = {e[2] for e in events if e[1] == "collect"}
+    assert len(allocs) > 50, len(allocs)
+    js = json.loads(_camlheap(["report", trace, "--format", "json"]).stdout)
+    assert js["totals"]["samples"] == sum(allocs.values())
+    assert js["census"]["live_samples"] == sum(v for k, v in allocs.items() if k not in collected)
+    text = _camlheap(["report", trace, "--top", "3"]).stdout.decode()
+    assert text.startswith("camlheap: a memtrace trace written inside the program"), text[:200]

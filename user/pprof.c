@@ -116,6 +116,10 @@ static uint64_t location_id(struct builder *b, uint64_t pc, unsigned alloc_idx)
 
 /* A location of its own (no address, no mapping) whose one frame is
  * "[stack walk ended: <why>]", one per reason. */
+/* A frame that is not code: why a walk ended (term < CH_TERM__COUNT), or
+ * MARK_LOST (the stack's frames never arrived), MARK_NONE (no OCaml frame). */
+#define MARK_LOST 0x100
+#define MARK_NONE 0x101
 static uint64_t marker_location(struct builder *b, unsigned term)
 {
 	uint64_t key = 0xFF00000000000000ULL | term; /* no return address looks like this */
@@ -135,7 +139,12 @@ static uint64_t marker_location(struct builder *b, unsigned term)
 	loc->line = own(b, calloc(1, sizeof(*loc->line)));
 	if (!loc->line)
 		return 0;
-	snprintf(name, sizeof(name), "[stack walk ended: %s]", report_term_name(term));
+	if (term == MARK_LOST)
+		snprintf(name, sizeof(name), "[stack frames lost]");
+	else if (term == MARK_NONE)
+		snprintf(name, sizeof(name), "[no OCaml frames]");
+	else
+		snprintf(name, sizeof(name), "[stack walk ended: %s]", report_term_name(term));
 	f.function = name;
 	l->function_id = function_id(b, &f);
 	loc->id = b->location_v->len + 1;
@@ -317,6 +326,8 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		}
 		if (cut) /* the walk stopped early: say so as the outermost frame, not as a root */
 			ids[smp->n_location_id++] = marker_location(&b, s->stack->term);
+		if (!smp->n_location_id) /* a sample always has a frame, as in collapsed output */
+			ids[smp->n_location_id++] = marker_location(&b, s->stack ? MARK_NONE : MARK_LOST);
 		smp->location_id = ids;
 		v[1] = llround(profile_estimate_words(p, s->samples) * 8.0);
 		v[0] = objects(s->est_objects, v[1]);

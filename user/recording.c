@@ -810,6 +810,7 @@ int recording_load(const char *path, const struct recording_filter *f, struct re
 		out->meta.sampler_mode = "Gc.Memprof in the program (memtrace)";
 		out->meta.end_reason = "trace end";
 		out->meta.start_unix_ns = (int64_t)info->start_us * 1000;
+		out->meta.foreign = true;
 	}
 	out->mods.recorded_lookup = recorded_lookup;
 	out->mods.recorded_ctx = lp;
@@ -835,6 +836,8 @@ int recording_load(const char *path, const struct recording_filter *f, struct re
 			break;
 		case MT_EV_ALLOC:
 			load_alloc(&s, &e);
+			if (!out->camlheap && e.ncodes > out->meta.max_frames)
+				out->meta.max_frames = (unsigned)e.ncodes;
 			break;
 		case MT_EV_PROMOTE:
 			any_fate = true;

@@ -348,6 +348,14 @@ static void census_header(FILE *out, const struct profile *p, const struct repor
 		fprintf(out, "census      off: %s\n", m->census_off_why ? m->census_off_why : "not asked for");
 		return;
 	}
+	if (m->foreign) {
+		fprintf(out,
+			"census      %" PRIu64 " sampled block%s followed by memtrace (%" PRIu64 " born in the minor heap): %" PRIu64
+			" promoted, %" PRIu64 " died in the minor heap, %" PRIu64 " in the major heap\n",
+			p->followed_blocks, plural(p->followed_blocks), p->followed_minor_blocks, p->promoted_blocks,
+			p->dead_minor_blocks, p->dead_major_blocks);
+		goto live;
+	}
 	fprintf(out,
 		"census      %" PRIu64 " sampled block%s followed (%" PRIu64 " born in the minor heap): %" PRIu64 " promoted, %" PRIu64
 		" died in the minor heap, %" PRIu64 " in the major heap; %" PRIu64 " minor and %" PRIu64
@@ -364,6 +372,7 @@ static void census_header(FILE *out, const struct profile *p, const struct repor
 			"note        %" PRIu64 " fate event%s found the ring buffer full: sent at a later collection, "
 			"and %" PRIu64 " read from the kernel's tracking set at the end (nothing lost)\n",
 			c[CH_CNT_FATES_DEFERRED], plural(c[CH_CNT_FATES_DEFERRED]), m->fates_drained);
+live:
 	profile_poisson_ci95(p->live_samples, &lo, &hi);
 	fprintf(out,
 		"live        at the end: estimated %s [95%% CI %s .. %s] in %u sampled block%s; peak %s at %.2f s\n",
@@ -436,7 +445,10 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	uint64_t hits = c[CH_CNT_HITS_MAJOR] + c[CH_CNT_HITS_CUSTOM] + c[CH_CNT_HITS_UNMARSHAL] + 2 * c[CH_CNT_DISPATCH];
 	double total = 0;
 
-	if (!m->minor_off_why)
+	if (m->foreign)
+		fprintf(out, "camlheap: a memtrace trace written inside the program (Gc.Memprof samples every allocation); "
+			     "camlheap's own probe figures do not apply\n");
+	else if (!m->minor_off_why)
 		fprintf(out,
 			"camlheap: executor %s; every allocation is sampled: minor heap (%s), "
 			"direct major, custom (out-of-heap) and unmarshalled\n",
@@ -460,12 +472,14 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	fprintf(out, "samples     %" PRIu64 " in %" PRIu64 " sampled blocks; dropped events %" PRIu64 " (%" PRIu64
 		     " samples)\n",
 		p->samples, p->events, c[CH_CNT_DROPPED], c[CH_CNT_DROPPED_SAMPLES]);
+	if (!m->foreign) {
 	fprintf(out, "sampler     %s; %u/%u probes on emulated instructions; %u Dynlink plugin%s\n",
 		m->sampler_mode, m->probes_emulated, m->probes_total, m->plugins, plural(m->plugins));
 	fprintf(out,
 		"profiler    camlheap used %.2f s of CPU, peak RSS %.1f MiB; the target took %" PRIu64
 		" probe hit%s (~1 us each, more for samples with deep stacks)\n",
 		m->cpu_s, m->max_rss_mib, hits, plural(hits));
+	}
 	for (int k = CH_KIND_MINOR; k < CH_KIND__COUNT; k++)
 		total += est_bytes(p, p->samples_by_kind[k]);
 	fprintf(out, "allocated   estimated %s: minor %s, major %s, custom %s, unmarshal %s\n",
@@ -475,17 +489,18 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_MAJOR]), b2, sizeof(b2)),
 		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_CUSTOM]), b3, sizeof(b3)),
 		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_UNMARSHAL]), b4, sizeof(b4)));
-	fprintf(out,
-		"observed    by the probes (exact, not estimated): major %" PRIu64 " words in %" PRIu64
-		" blocks, custom %" PRIu64 " words, unmarshal %" PRIu64 " words\n",
-		c[CH_CNT_WORDS_MAJOR], c[CH_CNT_HITS_MAJOR], c[CH_CNT_WORDS_CUSTOM], c[CH_CNT_WORDS_UNMARSHAL]);
+	if (!m->foreign)
+		fprintf(out,
+			"observed    by the probes (exact, not estimated): major %" PRIu64 " words in %" PRIu64
+			" blocks, custom %" PRIu64 " words, unmarshal %" PRIu64 " words\n",
+			c[CH_CNT_WORDS_MAJOR], c[CH_CNT_HITS_MAJOR], c[CH_CNT_WORDS_CUSTOM], c[CH_CNT_WORDS_UNMARSHAL]);
 	fprintf(out,
 		"stacks      %u distinct (max depth %u); walks: clean %" PRIu64 ", unknown pc %" PRIu64
 		", read error %" PRIu64 ", depth limit %" PRIu64 "\n",
 		g_hash_table_size(p->stacks), m->max_frames, p->walks_by_term[CH_TERM_CLEAN],
 		p->walks_by_term[CH_TERM_UNKNOWN_PC], p->walks_by_term[CH_TERM_READ_ERROR],
 		p->walks_by_term[CH_TERM_DEPTH]);
-	if (!m->minor_off_why) {
+	if (!m->minor_off_why && !m->foreign) {
 		fprintf(out,
 			"minor       %" PRIu64 " samples; %" PRIu64 " %s, %" PRIu64
 			" minor cycles; sample points missed %" PRIu64 ", in untracked blocks %" PRIu64 "\n",

@@ -63,6 +63,7 @@ struct report_meta {
 	int value;                     /* enum report_value: how the text report ranks sites */
 	const char *selection;         /* `camlheap report`: the window / filters applied, NULL if none */
 	const char *build_id;          /* the executable's GNU build id (hex) when no module is open */
+	bool foreign;                  /* a memtrace trace written inside the program: no probe figures */
 };
 
 /* Write the text report: the first line names the executor and says which
