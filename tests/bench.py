@@ -22,7 +22,9 @@ Runs are interleaved (every configuration once, then again ...) so that
 drift in the machine's speed hits every configuration alike; medians of
 REPEAT runs.  Then the census's own cost (bench_census).  Environment:
 REPEAT (default 5), ITEMS (generated module size, default 1000),
-BENCH_ONLY=census (only that part).
+BENCH_ONLY=census or recording (only that part).  The recording part: what
+writing the recording file costs camlheap (CPU, peak RSS) against the text
+report alone, the file's size per sample, and `camlheap report` on it.
 """
 import os
 import re
@@ -187,6 +189,43 @@ def bench_census():
           "RSS/block: camlheap's peak RSS with the census minus without, per live block, meaningful with many)")
 
 
+def bench_recording(d=None):
+    """camlheap's cost of writing the recording (memtrace trace) against the
+    text report alone, on ocamlopt.opt at 1e-4 (interleaved, medians): its
+    own CPU and peak RSS (from the report header, the same run's text via
+    CAMLHEAP_ALSO_TEXT), the trace's size per sample, and the time
+    `camlheap report` takes to render it as text."""
+    if d is None:
+        d = tempfile.mkdtemp(prefix="camlheap-bench-recording-")
+        with open(os.path.join(d, "big.ml"), "w") as f:
+            subprocess.run([sys.executable, os.path.join(HERE, "gen_module.py"), os.environ.get("ITEMS", "1000")],
+                           stdout=f, check=True)
+    rate = "1e-4"
+    txt, ctf, also = (os.path.join(d, n) for n in ("r.txt", "r.ctf", "also.txt"))
+    cmd = ["--", "/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"]
+    plain, rec, size, render = [], [], [], []
+    for _ in range(REPEAT):
+        timed([chtest.CAMLHEAP, "record", "--rate", rate, "-o", txt] + cmd, cwd=d)
+        plain.append(header_numbers(txt))
+        env = dict(os.environ, CAMLHEAP_ALSO_TEXT=also)
+        t0 = time.perf_counter()
+        p = subprocess.run([chtest.CAMLHEAP, "record", "--rate", rate, "-o", ctf] + cmd, cwd=d, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert p.returncode == 0, p.stderr
+        rec.append(header_numbers(also))
+        size.append(os.path.getsize(ctf) / max(1, rec[-1]["samples"]))
+        render.append(timed([chtest.CAMLHEAP, "report", ctf, "-o", os.path.join(d, "rendered.txt")]))
+    med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
+    print("\nrecording file (ocamlopt.opt, rate %s, ~%d samples; median of %d, interleaved)" % (
+        rate, med(rec, "samples"), REPEAT))
+    print("  camlheap CPU   text only %.2f s, with the recording %.2f s (x%.2f)" % (
+        med(plain, "cpu"), med(rec, "cpu"), med(rec, "cpu") / max(1e-9, med(plain, "cpu"))))
+    print("  camlheap RSS   text only %.1f MiB, with the recording %.1f MiB (x%.2f)" % (
+        med(plain, "rss"), med(rec, "rss"), med(rec, "rss") / max(1e-9, med(plain, "rss"))))
+    print("  trace size     %.1f bytes per sample; camlheap report (text) %.2f s" % (
+        statistics.median(size), statistics.median(render)))
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
@@ -195,6 +234,9 @@ def main():
                                    "not available on this kernel (lockdown refuses bpf_probe_write_user)"))
     if os.environ.get("BENCH_ONLY") == "census":
         bench_census()
+        return
+    if os.environ.get("BENCH_ONLY") == "recording":
+        bench_recording()
         return
     bench("alloc_minor fixture (minor allocations: 3:1 OCaml sites + a C site)",
           [chtest.fixture("alloc_minor"), "ratio", "c", "n=4000000"],
@@ -214,6 +256,7 @@ def main():
     bench("ocamlopt.opt -g -c big.ml (Debian 4.13.1, generated module; no in-process memprof possible)",
           ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d, before=clean, kernel=kernel)
     bench_census()
+    bench_recording(d)
 
 
 if __name__ == "__main__":
