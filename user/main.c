@@ -279,12 +279,13 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		}
 		if (o->wait_major)
 			argp_error(state, "--wait-major is a census option");
-		if (o->value && (o->format == REPORT_PPROF || o->format == REPORT_JSON || o->format == REPORT_MEMTRACE))
-			argp_error(state, "--value is for text, collapsed and svg output (pprof and json carry every value)");
-		if (o->no_census && (o->live || o->value))
-			argp_error(state, "--no-census gives no live figures: drop --live/--value");
 		if (!o->format_given && o->output && strcmp(o->output, "-"))
 			o->format = format_of_name(o->output);
+		if (o->value && (o->format == REPORT_PPROF || o->format == REPORT_JSON || o->format == REPORT_MEMTRACE))
+			argp_error(state, "--value is for text, collapsed and svg output (pprof, json and the recording carry "
+					  "every value: camlheap report FILE --value ...)");
+		if (o->no_census && (o->live || o->value))
+			argp_error(state, "--no-census gives no live figures: drop --live/--value");
 		if (o->format == REPORT_MEMTRACE && (!o->output || !strcmp(o->output, "-")) && isatty(1))
 			argp_error(state, "--format memtrace writes a binary file: give -o FILE");
 		if (!o->pid && !o->argv)

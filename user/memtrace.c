@@ -658,6 +658,7 @@ struct mt_reader {
 	GHashTable *locs;         /* code -> struct loc_def */
 	GStringChunk *strings;
 	unsigned skipped_pid, skipped_truncated;
+	uint32_t packets;         /* packets read (trace_info included) */
 	char err[256];
 	/* scratch for location events */
 	struct mt_location *scratch_locs;
@@ -851,6 +852,7 @@ static int reader_init(struct mt_reader *r, char *err, size_t errlen)
 		goto bad;
 	}
 	r->version0 = h.version;
+	r->packets = 1;
 	r->pos = c.end - r->data;
 	return 0;
 bad:
@@ -914,6 +916,7 @@ static int open_packet(struct mt_reader *r)
 				return rfail(r, "cache verification failed");
 		}
 		r->in_packet = true;
+		r->packets++;
 		return 1;
 	}
 }
@@ -1099,6 +1102,7 @@ int mt_reader_next(struct mt_reader *r, struct mt_event *ev)
 	r->dom->last_us = t;
 	ev->time_us = t;
 	ev->domain = r->dom->domain;
+	ev->packet = r->packets;
 	switch (code) {
 	case MT_EV_TRACE_INFO:
 		return rfail(r, "a second trace info event");

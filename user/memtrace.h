@@ -134,6 +134,7 @@ struct mt_event {
 	enum mt_event_type type;
 	uint64_t time_us;          /* absolute, microseconds since the epoch */
 	uint16_t domain;
+	uint32_t packet;           /* packets read so far, this one included (trace_info is 1) */
 	/* MT_EV_LOCATION */
 	uint64_t code;
 	const struct mt_location *locs;  /* outermost first */
