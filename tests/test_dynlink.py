@@ -61,3 +61,21 @@ def test_plugin_frames_known_before_its_code_runs():
     assert rc == 0, err
     assert rep.walks()["unknown pc"] == 0, rep.header["stacks"]
     _check(rep, out, rate)
+
+
+def test_recording_names_plugin_frames():
+    # a recording symbolizes each code when it first appears: plugin code
+    # that runs right after Dynlink registers it must be named there too,
+    # as in the report of the run
+    import os
+    import subprocess
+    d = chtest.tmpdir()
+    path, also = os.path.join(d, "t.ctf"), os.path.join(d, "also.txt")
+    rc, out, err = chtest.run_record(["--rate", "1e-3", "-o", path], [fixture("dynhost"), PLUGIN, "n=20000"],
+                                     stdin=b"go\n", env=dict(os.environ, CAMLHEAP_ALSO_TEXT=also))
+    assert rc == 0, err
+    p = subprocess.run([chtest.CAMLHEAP, "report", path, "--top", "20"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    assert p.returncode == 0, p.stderr
+    assert "Dynplug.plugin_site" in p.stdout.decode(), p.stdout.decode()[:3000]
+    assert p.stdout.decode() == open(also).read()

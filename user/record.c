@@ -74,13 +74,22 @@ struct intake {
 	struct profile *prof;
 	struct recording *rec;  /* the recording file being written, or NULL */
 	struct modules *mods;
+	struct sampler *smp;
+	pid_t pid;
 	bool rescan; /* a plugin registered frame tables: read the mappings again */
 	bool exec;   /* the target called exec */
 };
 
+static void on_plugin(void *ctx, const struct module *m);
+
 static void on_event(void *ctx, const struct ch_sample_event *ev, size_t size)
 {
 	struct intake *in = ctx;
+
+	/* the recording symbolizes each code when it first appears: a plugin
+	 * announced earlier in this batch must be known by then */
+	if (in->rec && in->rescan && !in->exec && in->smp && ev->kind < CH_KIND__COUNT)
+		in->rescan = modules_scan(in->mods, in->pid, on_plugin, in->smp) == -EAGAIN;
 
 	if (ev->kind == CH_NOTE_FRAMETABLE)
 		in->rescan = true;
@@ -636,6 +645,8 @@ int record_run(const struct record_opts *o)
 	/* Plugins loaded before the caml_register_frametable probe existed
 	 * (attach mode): load them now; later ones arrive as notes. */
 	intake.rescan = modules_scan(&t.mods, t.pid, on_plugin, smp) == -EAGAIN;
+	intake.smp = smp;
+	intake.pid = t.pid;
 	if (px)
 		ptexec_run(px, sampler_write_req_fd(smp), o->keep_cpus_awake);
 	else if (t.launched && proc_launch_release(t.pid) < 0) {
