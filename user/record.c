@@ -610,13 +610,6 @@ int record_run(const struct record_opts *o)
 				 strerror(-ret));
 			goto fail_target;
 		}
-		/* symbolize from the first event on: open the executable's
-		 * debug information now, not while the ring buffer fills */
-		if (t.mods.n) {
-			struct sym_frame fr[4];
-
-			modules_lookup(&t.mods, t.mods.ranges ? t.mods.ranges[0].start : 0, 0, fr, 4);
-		}
 	}
 	ret = sampler_open(&cfg, t.ft, on_event, &intake, &smp, msg, sizeof(msg));
 	if (ret < 0)
@@ -647,6 +640,14 @@ int record_run(const struct record_opts *o)
 	intake.rescan = modules_scan(&t.mods, t.pid, on_plugin, smp) == -EAGAIN;
 	intake.smp = smp;
 	intake.pid = t.pid;
+	if (intake.rec && t.mods.n) {
+		/* the recording symbolizes from the first event on: open the
+		 * executable's debug information now (after the attach, which
+		 * must stay short: the target may exec or exit meanwhile) */
+		struct sym_frame fr[4];
+
+		modules_lookup(&t.mods, t.mods.ranges ? t.mods.ranges[0].start : 0, 0, fr, 4);
+	}
 	if (px)
 		ptexec_run(px, sampler_write_req_fd(smp), o->keep_cpus_awake);
 	else if (t.launched && proc_launch_release(t.pid) < 0) {
