@@ -140,7 +140,7 @@ def test_json_is_consistent_and_matches_the_truth():
     rc, so, se = chtest.run_record(["--rate", repr(rate), "--format", "json", "-o", path], [fixture("leak"), "n=3"])
     assert rc == 0, se
     doc = json.load(open(path))
-    assert doc["format"] == "camlheap-report" and doc["version"] == 1
+    assert doc["format"] == "camlheap-report" and doc["version"] == 2
     assert doc["run"]["rate"] == rate and doc["run"]["end_reason"] == "target exited with status 0"
     sites, stacks = doc["sites"], doc["stacks"]
     assert sum(s["samples"] for s in sites) == doc["totals"]["samples"]
@@ -164,8 +164,12 @@ def test_json_is_consistent_and_matches_the_truth():
     live = sum(s["live"]["samples"] for s in sites
                if s["allocation"].get("function") == "Leak.leak_one" and s["allocation"].get("line") in lines)
     chtest.check_binomial(live, truth[("live", "leak")], rate, "json live Leak.leak")
+    frames = doc["frames"]
+    assert all("function" in f and "pc" in f for f in frames)
     for st in stacks:
-        assert st["frames"] and all("function" in f for f in st["frames"])
+        assert st["frames"] and all(0 <= i < len(frames) for i in st["frames"])
+    # each frame once: stacks share them by index
+    assert len({(f["pc"], f["function"], f.get("inlined")) for f in frames}) == len(frames)
 
 
 def _json_run(args, rate=1e-3):
@@ -238,7 +242,7 @@ def test_diff_checks_its_input_and_counts_absent_sites_as_not_live():
     d = chtest.tmpdir()
     bad = os.path.join(d, "bad.json")
     with open(bad, "w") as f:
-        f.write('{"format":"camlheap-report","version":1,"run":{"rate":0.001},"sites":[{"samples":"x"}]}')
+        f.write('{"format":"camlheap-report","version":2,"run":{"rate":0.001},"sites":[{"samples":"x"}]}')
     good = _json_run(["n=2"])
     p = subprocess.run([chtest.CAMLHEAP, "diff", bad, good], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.returncode == 2 and b"not a valid camlheap recording" in p.stderr and b"CRITICAL" not in p.stderr, \

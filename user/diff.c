@@ -57,8 +57,8 @@ static bool is_str_or_null(JsonObject *o, const char *name)
 static const char *check_doc(JsonObject *root)
 {
 	JsonNode *n;
-	JsonArray *sites, *stacks = NULL;
-	guint nstacks = 0;
+	JsonArray *sites, *stacks = NULL, *frames = NULL;
+	guint nstacks = 0, nframes = 0;
 	static char why[160];
 
 	n = json_object_get_member(root, "run");
@@ -79,6 +79,24 @@ static const char *check_doc(JsonObject *root)
 		stacks = json_node_get_array(n);
 		nstacks = json_array_get_length(stacks);
 	}
+	n = json_object_get_member(root, "frames");
+	if (n && !JSON_NODE_HOLDS_ARRAY(n))
+		return "\"frames\" is not an array";
+	if (n) {
+		frames = json_node_get_array(n);
+		nframes = json_array_get_length(frames);
+	}
+	for (guint j = 0; j < nframes; j++) {
+		JsonNode *f = json_array_get_element(frames, j);
+
+		if (!JSON_NODE_HOLDS_OBJECT(f) || !is_str_or_null(json_node_get_object(f), "function") ||
+		    !is_str_or_null(json_node_get_object(f), "file") ||
+		    (json_object_has_member(json_node_get_object(f), "line") &&
+		     !is_int(json_node_get_object(f), "line", true))) {
+			snprintf(why, sizeof(why), "frame %u is malformed", j);
+			return why;
+		}
+	}
 	n = json_object_get_member(root, "census");
 	if (n && !JSON_NODE_HOLDS_NULL(n) && !JSON_NODE_HOLDS_OBJECT(n))
 		return "\"census\" is neither null nor an object";
@@ -93,11 +111,9 @@ static const char *check_doc(JsonObject *root)
 		for (guint j = 0; j < json_array_get_length(json_node_get_array(fr)); j++) {
 			JsonNode *f = json_array_get_element(json_node_get_array(fr), j);
 
-			if (!JSON_NODE_HOLDS_OBJECT(f) || !is_str_or_null(json_node_get_object(f), "function") ||
-			    !is_str_or_null(json_node_get_object(f), "file") ||
-			    (json_object_has_member(json_node_get_object(f), "line") &&
-			     !is_int(json_node_get_object(f), "line", true))) {
-				snprintf(why, sizeof(why), "stack %u frame %u is malformed", i, j);
+			if (!JSON_NODE_HOLDS_VALUE(f) || json_node_get_value_type(f) != G_TYPE_INT64 ||
+			    json_node_get_int(f) < 0 || json_node_get_int(f) >= (gint64)nframes) {
+				snprintf(why, sizeof(why), "stack %u frame %u is not an index into frames", i, j);
 				return why;
 			}
 		}
@@ -145,7 +161,7 @@ static bool is_trace(const char *path)
 	return yes;
 }
 
-static int load(const char *path, struct doc *d)
+static int load(const char *path, struct doc *d, int by_stack)
 {
 	GError *err = NULL;
 	JsonNode *root;
@@ -165,6 +181,7 @@ static int load(const char *path, struct doc *d)
 		}
 		if (rl.meta.census_on)
 			profile_census_compute(rl.prof);
+		rl.meta.json_no_stacks = !by_stack; /* matched by allocation position: stacks are not read */
 		mem = open_memstream(&buf, &len);
 		ret = mem ? report_write_json(mem, rl.prof, &rl.meta, &rl.mods) : -ENOMEM;
 		if (mem)
@@ -178,7 +195,13 @@ static int load(const char *path, struct doc *d)
 		}
 		free(buf);
 	} else if (!json_parser_load_from_file(d->parser, path, &err)) {
-		fprintf(stderr, "camlheap: cannot read %s: %s\n", path, err ? err->message : "unknown error");
+		if (err && err->domain == G_FILE_ERROR)
+			fprintf(stderr, "camlheap: cannot read %s: %s\n", path, err->message);
+		else
+			fprintf(stderr,
+				"camlheap: %s is not a camlheap recording: neither a recording file (record -o FILE) nor "
+				"its JSON (%s)\n",
+				path, err ? err->message : "unreadable");
 		g_clear_error(&err);
 		return -1;
 	}
@@ -186,7 +209,7 @@ static int load(const char *path, struct doc *d)
 	if (!root || !JSON_NODE_HOLDS_OBJECT(root) ||
 	    g_strcmp0(json_object_get_string_member_with_default(json_node_get_object(root), "format", ""),
 		      "camlheap-report") ||
-	    json_object_get_int_member_with_default(json_node_get_object(root), "version", 0) != 1) {
+	    json_object_get_int_member_with_default(json_node_get_object(root), "version", 0) != 2) {
 		fprintf(stderr,
 			"camlheap: %s is not a camlheap recording (write one with camlheap record -o FILE, "
 			"or its JSON with --format json)\n",
@@ -214,7 +237,7 @@ static int load(const char *path, struct doc *d)
 
 /* The key of a site: kind, allocation position, then every frame's
  * function, file and line (addresses differ between runs; source does not). */
-static char *site_key(JsonObject *site, JsonArray *stacks, char **label, int by_stack)
+static char *site_key(JsonObject *site, JsonArray *stacks, JsonArray *frame_table, char **label, int by_stack)
 {
 	GString *k = g_string_new(json_object_get_string_member_with_default(site, "kind", "?"));
 	JsonObject *alloc = json_object_get_object_member(site, "allocation");
@@ -242,12 +265,13 @@ static char *site_key(JsonObject *site, JsonArray *stacks, char **label, int by_
 		}
 		int64_t ix = json_node_get_int(st);
 
-		if (ix >= 0 && (guint)ix < json_array_get_length(stacks)) {
+		if (stacks && frame_table && ix >= 0 && (guint)ix < json_array_get_length(stacks)) {
 			JsonArray *frames =
 				json_object_get_array_member(json_array_get_object_element(stacks, (guint)ix), "frames");
 
 			for (guint i = 0; frames && i < json_array_get_length(frames); i++) {
-				JsonObject *f = json_array_get_object_element(frames, i);
+				JsonObject *f = json_array_get_object_element(
+					frame_table, (guint)json_array_get_int_element(frames, i));
 				JsonNode *fl = json_object_get_member(f, "file");
 
 				g_string_append_printf(k, ";%s|%s|%" G_GINT64_FORMAT,
@@ -271,12 +295,14 @@ static char *site_key(JsonObject *site, JsonArray *stacks, char **label, int by_
 static void add_sites(struct doc *d, int which, GHashTable *rows, int by_stack)
 {
 	JsonArray *sites = json_object_get_array_member(d->root, "sites");
-	JsonArray *stacks = json_object_get_array_member(d->root, "stacks");
+	JsonArray *stacks = json_object_has_member(d->root, "stacks") ? json_object_get_array_member(d->root, "stacks") : NULL;
+	JsonArray *frame_table =
+		json_object_has_member(d->root, "frames") ? json_object_get_array_member(d->root, "frames") : NULL;
 
 	for (guint i = 0; sites && i < json_array_get_length(sites); i++) {
 		JsonObject *s = json_array_get_object_element(sites, i);
 		char *label;
-		char *key = site_key(s, stacks, &label, by_stack);
+		char *key = site_key(s, stacks, frame_table, &label, by_stack);
 		struct row *r = g_hash_table_lookup(rows, key);
 		JsonObject *live = json_object_has_member(s, "live") ? json_object_get_object_member(s, "live") : NULL;
 
@@ -339,7 +365,7 @@ int diff_run(const struct diff_opts *o)
 	GHashTableIter it;
 	gpointer k, val;
 
-	if (load(o->a, &d[0]) < 0 || load(o->b, &d[1]) < 0)
+	if (load(o->a, &d[0], o->by_stack) < 0 || load(o->b, &d[1], o->by_stack) < 0)
 		goto done;
 	add_sites(&d[0], 0, rows, o->by_stack);
 	add_sites(&d[1], 1, rows, o->by_stack);
@@ -380,6 +406,16 @@ int diff_run(const struct diff_opts *o)
 		goto done;
 	}
 	fprintf(out.f, "camlheap diff: A = %s (rate %g), B = %s (rate %g)\n", o->a, d[0].rate, o->b, d[1].rate);
+	{
+		JsonObject *r0 = json_object_get_object_member(d[0].root, "run");
+		JsonObject *r1 = json_object_get_object_member(d[1].root, "run");
+		const char *e0 = json_object_get_string_member_with_default(r0, "executable", NULL);
+		const char *e1 = json_object_get_string_member_with_default(r1, "executable", NULL);
+
+		if (e0 && e1 && strcmp(e0, e1))
+			fprintf(out.f, "note        A and B profile different executables (%s, %s): sites match by "
+				       "source position only\n", e0, e1);
+	}
 	fprintf(out.f,
 		"test        per site, B against A given both runs' samples (binomial on the sample split, "
 		"rates accounted for); flagged at a family-wise %g: |z| > %.2f for allocated bytes (%zu "

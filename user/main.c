@@ -48,8 +48,8 @@ static const struct argp_option record_options[] = {
 	{ "output", 'o', "FILE", 0,
 	  "Write to FILE (via a temporary file and rename; default: the text report on stdout): the "
 	  "recording, a memtrace trace that `camlheap report FILE` renders in any format later and "
-	  "memtrace_viewer opens, unless --format or the name (.txt .json .svg .pb.gz .pprof .folded) "
-	  "asks for a report",
+	  "memtrace_viewer opens, unless --format or the name (.txt .json .svg .pb.gz .pprof .folded "
+	  ".collapsed) asks for a report",
 	  0 },
 	{ "format", 'f', "FORMAT", 0,
 	  "text (default without -o), collapsed (flamegraph.pl / speedscope input, bytes), pprof (gzip-compressed "
@@ -209,6 +209,7 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		if (parse_long(arg, &v) || v < 1 || v > 1000000)
 			argp_error(state, "invalid --top '%s' (1..1000000 sites)", arg);
 		o->top = (int)v;
+		o->top_given = true;
 		break;
 	case OPT_MAX_DEPTH:
 		if (parse_long(arg, &v) || v < 1 || v > CH_MAX_FRAMES)
@@ -288,6 +289,12 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 			argp_error(state, "--no-census gives no live figures: drop --live/--value");
 		if (o->format == REPORT_MEMTRACE && (!o->output || !strcmp(o->output, "-")) && isatty(1))
 			argp_error(state, "--format memtrace writes a binary file: give -o FILE");
+		if (o->argv && o->format != REPORT_TEXT && (!o->output || !strcmp(o->output, "-")))
+			argp_error(state, "the command shares camlheap's stdout, so its own output would mix into this "
+					  "format: give -o FILE");
+		if (o->format == REPORT_MEMTRACE && (o->live || o->top_given))
+			argp_error(state, "--live and --top shape the text report; the recording keeps everything: use them "
+					  "with `camlheap report FILE` (--value live, --top N)");
 		if (!o->pid && !o->argv)
 			argp_error(state, "nothing to profile: give -p PID or -- COMMAND [ARGS...]");
 		if (o->pid && o->argv)
@@ -520,9 +527,9 @@ static int report_command(int argc, char **argv)
 		char to[64] = "the end";
 
 		if (o.to >= 0)
-			snprintf(to, sizeof(to), "%.3f s", o.to);
+			snprintf(to, sizeof(to), "%.4g s", o.to);
 		if (o.from > 0 || o.to >= 0)
-			n += snprintf(sel + n, sizeof(sel) - n, "allocations from %.3f s to %s; ", o.from, to);
+			n += snprintf(sel + n, sizeof(sel) - n, "allocations from %.4g s to %s; ", o.from, to);
 		for (guint i = 0; i + 1 < o.focus->len && n < sizeof(sel); i++)
 			n += snprintf(sel + n, sizeof(sel) - n, "focus '%s'; ", (char *)o.focus->pdata[i]);
 		for (guint i = 0; i + 1 < o.ignore->len && n < sizeof(sel); i++)
@@ -534,6 +541,10 @@ static int report_command(int argc, char **argv)
 				 (unsigned long long)rl.allocs_kept, (unsigned long long)rl.allocs_read);
 	}
 	rl.meta.selection = sel[0] ? sel : NULL;
+	if (sel[0] && !rl.allocs_kept)
+		fprintf(stderr, "camlheap: the selection keeps none of the %llu sampled blocks (times count from the "
+				"end of the attach, as the report's duration; --focus/--ignore match function names and "
+				"files, case-sensitively)\n", (unsigned long long)rl.allocs_read);
 	rl.meta.top = o.top;
 	rl.meta.value = o.value;
 	rl.meta.build_id = rl.build_id;
@@ -549,7 +560,9 @@ static int report_command(int argc, char **argv)
 		else
 			ret = outfile_commit(&out);
 	}
-	if (ret < 0) {
+	if (ret == -ENODATA || ret == -ENOENT) {
+		status = 2; /* said already: nothing to draw, or no flamegraph.pl */
+	} else if (ret < 0) {
 		fprintf(stderr, "camlheap: cannot write the report to %s: %s\n", o.output ? o.output : "stdout",
 			strerror(-ret));
 		status = 1;
@@ -571,7 +584,7 @@ static void usage(FILE *f)
 		   "  diff     compare two recordings, site by site, with a significance flag\n"
 		   "  dump-trace  print every event of a recording, one per line\n"
 		   "\n"
-		   "'camlheap record --help' and 'camlheap census --help' list the options.\n");
+		   "'camlheap COMMAND --help' lists a command's options.\n");
 }
 
 /* `record` and `census` share their options and their run. */

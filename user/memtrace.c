@@ -595,9 +595,10 @@ int mt_writer_finish(struct mt_writer *w, const struct mt_info *info, FILE *out)
 	put64(&b, w->pid);
 	put_str(&b, info->context);
 	finish_header(b.p, b.len, w->start_us, w->start_us, 0, 0);
-	if (fwrite(b.p, 1, b.len, out) != b.len) {
+	if (fwrite(b.p, 1, b.len, out) != b.len || fflush(out) == EOF) {
+		int e = errno ? errno : EIO;
 		free(b.p);
-		return -EIO;
+		return -e;
 	}
 	free(b.p);
 	/* then the body */
@@ -607,7 +608,9 @@ int mt_writer_finish(struct mt_writer *w, const struct mt_info *info, FILE *out)
 	size_t n;
 	while ((n = fread(buf, 1, sizeof(buf), w->body)) > 0)
 		if (fwrite(buf, 1, n, out) != n)
-			return -EIO;
+			return -(errno ? errno : EIO);
+	if (fflush(out) == EOF)
+		return -(errno ? errno : EIO);
 	if (ferror(w->body))
 		return -EIO;
 	return 0;
@@ -1179,7 +1182,7 @@ int mt_reader_open(const char *path, struct mt_reader **out, char *err, size_t e
 	int fd;
 	if (!r)
 		return -ENOMEM;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : dup(0);
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		int e = errno;
 		snprintf(err, errlen, "cannot open %s: %s", path, strerror(e));
@@ -1188,9 +1191,44 @@ int mt_reader_open(const char *path, struct mt_reader **out, char *err, size_t e
 		free(r);
 		return -e;
 	}
+	if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode)) {
+		/* a pipe (`camlheap report -`): read it whole */
+		size_t cap = 1 << 20, len = 0;
+		uint8_t *buf = malloc(cap);
+		ssize_t k;
+
+		while (buf && (k = read(fd, buf + len, cap - len)) != 0) {
+			if (k < 0) {
+				if (errno == EINTR)
+					continue;
+				break;
+			}
+			len += (size_t)k;
+			if (len == cap) {
+				uint8_t *nb = realloc(buf, cap *= 2);
+				if (!nb) {
+					free(buf);
+					buf = NULL;
+				} else {
+					buf = nb;
+				}
+			}
+		}
+		close(fd);
+		free(r);
+		if (!buf) {
+			snprintf(err, errlen, "cannot read %s: out of memory", path);
+			return -ENOMEM;
+		}
+		int ret = len < MT_HEADER_BYTES ? -EINVAL : mt_reader_open_mem(buf, len, out, err, errlen);
+		if (len < MT_HEADER_BYTES)
+			snprintf(err, errlen, "%s is not a memtrace trace (too short)", path);
+		free(buf);
+		return ret;
+	}
 	if (!S_ISREG(st.st_mode) || st.st_size < MT_HEADER_BYTES) {
 		snprintf(err, errlen, "%s is not a memtrace trace (%s)", path,
-			 S_ISREG(st.st_mode) ? "too short" : "not a regular file");
+			 S_ISREG(st.st_mode) ? "too short" : S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
 		close(fd);
 		free(r);
 		return -EINVAL;

@@ -431,7 +431,8 @@ size_t profile_sites_sorted(const struct profile *p, const struct profile_site *
 
 		if (!s->stack)
 			s->stack = g_hash_table_lookup(p->stacks, &s->stack_id);
-		v[i++] = s;
+		if (!s->hidden)
+			v[i++] = s;
 	}
 	qsort(v, i, sizeof(*v), site_cmp);
 	*out = v;
@@ -469,23 +470,20 @@ void profile_poisson_ci95(uint64_t n, double *lo, double *hi)
 		*lo = 0;
 }
 
-static gboolean site_is_small(gpointer k, gpointer v, gpointer min)
-{
-	(void)k;
-	return ((const struct profile_site *)v)->samples < *(const uint64_t *)min;
-}
-
-static gboolean block_of_small_site(gpointer k, gpointer v, gpointer min)
-{
-	(void)k;
-	return ((const struct profile_block *)v)->site->samples < *(const uint64_t *)min;
-}
-
 size_t profile_drop_small_sites(struct profile *p, uint64_t min_samples)
 {
-	if (min_samples <= 1)
-		return 0;
-	/* blocks point at their site: they go first */
-	g_hash_table_foreach_remove(p->blocks, block_of_small_site, &min_samples);
-	return g_hash_table_foreach_remove(p->sites, site_is_small, &min_samples);
+	GHashTableIter it;
+	gpointer k, v;
+	size_t n = 0;
+
+	g_hash_table_iter_init(&it, p->sites);
+	while (g_hash_table_iter_next(&it, &k, &v)) {
+		struct profile_site *s = v;
+
+		if (s->samples < min_samples && !s->hidden) {
+			s->hidden = true;
+			n++;
+		}
+	}
+	return n;
 }

@@ -25,6 +25,7 @@ struct profile_site {
 	uint32_t nallocs;      /* minor: allocations combined at that point, else 1 */
 	uint64_t stack_id;
 	uint32_t seq;          /* sites created before this one (ties in sorting follow it) */
+	bool hidden;           /* left out of the site lists (report --min-samples); totals count it */
 	const struct profile_stack *stack; /* NULL if its frames never arrived */
 	uint64_t samples;      /* sum of nsamples */
 	uint64_t events;       /* sampled blocks */
@@ -77,6 +78,7 @@ struct profile {
 	uint64_t walks_by_term[CH_TERM__COUNT]; /* one per event */
 	uint64_t events_without_stack; /* events whose stack frames never arrived */
 	uint64_t first_ns, last_ns;
+	uint64_t zero_ns;      /* the recording's time zero (end of attach), events' clock; 0: first_ns */
 	void *stacks;          /* GHashTable id -> struct profile_stack */
 	void *sites;           /* GHashTable (kind, id) -> struct profile_site */
 	/* Census */
@@ -138,10 +140,10 @@ bool profile_site_live_grows(const struct profile_site *site);
  * pointers into the profile (free the array, not the sites). */
 size_t profile_sites_sorted(const struct profile *p, const struct profile_site ***out);
 
-/* Remove the sites with fewer than `min_samples` samples (and their live
- * blocks) from the site list, for `camlheap report --min-samples`; the
+/* Hide the sites with fewer than `min_samples` samples from the site
+ * lists (profile_sites_sorted), for `camlheap report --min-samples`; the
  * profile's totals (samples, events, by kind, live) still count them.
- * Returns the number of sites removed. */
+ * Returns the number of sites hidden. */
 size_t profile_drop_small_sites(struct profile *p, uint64_t min_samples);
 
 /* 1 / P(a block of `words` words is sampled at least once) =

@@ -657,6 +657,12 @@ int record_run(const struct record_opts *o)
 	t_attached = now_s();
 	meta.attach_s = t_attached - t0;
 	{
+		struct timespec mono;
+
+		clock_gettime(CLOCK_MONOTONIC, &mono); /* bpf_ktime_get_ns's clock */
+		prof->zero_ns = (uint64_t)mono.tv_sec * 1000000000 + (uint64_t)mono.tv_nsec;
+	}
+	{
 		struct timespec ts;
 
 		clock_gettime(CLOCK_REALTIME, &ts);

@@ -34,6 +34,7 @@ struct record_opts {
 	bool live;                 /* record --live: per-site live and peak in the text report */
 	int value;                 /* enum report_value: what the report ranks / sums */
 	bool format_given;         /* --format was given (else -o FILE writes the recording) */
+	bool top_given;            /* --top was given */
 	bool no_census;            /* --no-census: do not follow sampled blocks */
 	uint32_t max_tracked;      /* --max-tracked: sampled blocks followed in the major heap at once */
 	bool census;               /* `camlheap census`: write the census report */

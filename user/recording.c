@@ -24,6 +24,8 @@
 #define LEAF_IDX_SHIFT 48                /* Comballoc index on the allocation point's code */
 #define PC_MASK ((1ull << LEAF_IDX_SHIFT) - 1)
 #define ANN_PAYLOAD ((1ull << 56) - 1)
+#define TERM_LOST 0xfe                   /* CODE_TERM | TERM_LOST: the stack's frames never arrived */
+#define LOST_STACK_ID 0xfeull            /* its stack id when read back (real ones are odd) */
 #define ANN(type, payload) (CODE_ANN | (uint64_t)(type) << 56 | ((uint64_t)(payload) & ANN_PAYLOAD))
 #define MAX_INLINE 16
 
@@ -158,7 +160,10 @@ static void define_code(struct recording *rc, struct modules *mods, uint64_t t, 
 
 	if (g_hash_table_contains(rc->defined, &code))
 		return;
-	if (code & CODE_TERM) {
+	if (code == (CODE_TERM | TERM_LOST)) {
+		locs[0] = (struct mt_location){ .filename = "", .defname = "[stack frames lost]" };
+		n = 1;
+	} else if (code & CODE_TERM) {
 		snprintf(name, sizeof(name), "[stack walk ended: %s]", report_term_name((unsigned)(code & 0xff)));
 		locs[0] = (struct mt_location){ .filename = "", .defname = name };
 		n = 1;
@@ -218,7 +223,7 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 		rc->flags_set = true;
 		annotate(rc, t, ANN(ANN_ALLOC, flags));
 	}
-	need = st ? st->nframes + 1 : 0;
+	need = st ? st->nframes + 1 : 1;
 	if (need > rc->codes_cap) {
 		uint64_t *c = realloc(rc->codes, need * sizeof(*c));
 
@@ -235,9 +240,13 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 		for (uint32_t i = st->nframes; i-- > 0;)
 			rc->codes[n++] = (st->frames[i] & PC_MASK) |
 					 (i == 0 ? (uint64_t)ev->alloc_idx << LEAF_IDX_SHIFT : 0);
-		for (size_t i = 0; i < n; i++)
-			define_code(rc, mods, t, rc->codes[i]);
+	} else {
+		/* the event that carried this stack's frames was lost: say so
+		 * (no codes at all is a stack without OCaml frames) */
+		rc->codes[n++] = CODE_TERM | TERM_LOST;
 	}
+	for (size_t i = 0; i < n; i++)
+		define_code(rc, mods, t, rc->codes[i]);
 	uint64_t length = ev->kind == CH_KIND_CUSTOM ? ev->size_words : ev->size_words ? ev->size_words - 1 : 0;
 	enum mt_source src = ev->kind == CH_KIND_MINOR ? MT_SRC_MINOR
 			     : ev->kind == CH_KIND_CUSTOM ? MT_SRC_EXTERNAL
@@ -663,13 +672,17 @@ static void load_alloc(struct load_state *s, const struct mt_event *e)
 		kind = e->source == MT_SRC_MINOR ? CH_KIND_MINOR : e->source == MT_SRC_EXTERNAL ? CH_KIND_CUSTOM
 											  : CH_KIND_MAJOR;
 	}
-	if (n && (codes[0] & CODE_TERM) && !(codes[0] & CODE_ANN)) {
+	bool lost = s->camlheap && n == 1 && codes[0] == (CODE_TERM | TERM_LOST);
+
+	if (!lost && n && (codes[0] & CODE_TERM) && !(codes[0] & CODE_ANN)) {
 		term = (unsigned)(codes[0] & 0xff);
 		if (term >= CH_TERM__COUNT)
 			term = CH_TERM_UNKNOWN_PC;
 		codes++;
 		n--;
 	}
+	if (lost)
+		n = 0;
 	if (n > CH_MAX_FRAMES) {
 		/* keep the leaf side, as the kernel does at its depth limit */
 		codes += n - CH_MAX_FRAMES;
@@ -679,8 +692,8 @@ static void load_alloc(struct load_state *s, const struct mt_event *e)
 	memset(ev, 0, CH_EVENT_HEADER_BYTES);
 	for (size_t i = 0; i < n; i++)
 		ev->frames[i] = codes[n - 1 - i] & PC_MASK;
-	uint64_t h = e->ncodes ? fnv1a((const uint64_t *)ev->frames, n, term) : 0;
-	if (!stack_selected(s, codes, n, h ? h : 1))
+	uint64_t h = lost ? LOST_STACK_ID : fnv1a((const uint64_t *)ev->frames, n, term);
+	if (!stack_selected(s, codes, n, h))
 		goto done;
 	ev->stack_id = h;
 	ev->time_ns = e->time_us * 1000;
@@ -693,7 +706,7 @@ static void load_alloc(struct load_state *s, const struct mt_event *e)
 	ev->kind = (uint8_t)kind;
 	ev->term = (uint8_t)term;
 	ev->nframes = (uint32_t)n;
-	ev->has_frames = h && !g_hash_table_contains(s->out->prof->stacks, &h);
+	ev->has_frames = !lost && !g_hash_table_contains(s->out->prof->stacks, &h);
 	if (s->camlheap) {
 		ev->in_minor_heap = (s->flags >> 2) & 1;
 		ev->sample_id = (s->flags >> 3) & 1 ? e->id + 1 : 0;
@@ -818,8 +831,14 @@ int recording_load(const char *path, const struct recording_filter *f, struct re
 	s.lp = lp;
 	s.f = f;
 	s.camlheap = out->camlheap;
-	s.from_us = info->start_us + (uint64_t)((f && f->from_s > 0 ? f->from_s : 0) * 1e6);
-	s.to_us = f && f->to_s >= 0 ? info->start_us + (uint64_t)(f->to_s * 1e6) : UINT64_MAX;
+	/* times count from the recording's zero, the end of the attach, as
+	 * the report's duration and peak time do (a foreign trace: its start) */
+	uint64_t zero_us = out->camlheap && out->meta.start_unix_ns > 0 ? (uint64_t)out->meta.start_unix_ns / 1000
+									 : info->start_us;
+	out->prof->zero_ns = zero_us * 1000;
+	s.from_us = f && f->from_s > 0 ? (f->from_s >= 1e9 ? UINT64_MAX : zero_us + (uint64_t)(f->from_s * 1e6))
+				       : 0;
+	s.to_us = f && f->to_s >= 0 && f->to_s < 1e9 ? zero_us + (uint64_t)(f->to_s * 1e6) : UINT64_MAX;
 	s.kept = g_byte_array_new();
 	s.stack_ok = g_hash_table_new_full(u64_hash, u64_equal, g_free, NULL);
 	last_us = info->start_us;
@@ -866,12 +885,19 @@ int recording_load(const char *path, const struct recording_filter *f, struct re
 			out->meta.census_off_why = "the trace has no promote or collect events";
 		out->meta.duration_s = (double)(last_us - info->start_us) / 1e6;
 	}
+	if (out->skipped_truncated) {
+		char *w = g_strdup_printf("the recording is cut short (its last packet is incomplete): events end at %.2f s; "
+					  "the header's counters are those of the whole run",
+					  last_us > zero_us ? (double)(last_us - zero_us) / 1e6 : 0.0);
+
+		out->meta.warning = g_string_chunk_insert(lp->strings, w);
+		g_free(w);
+	}
 	if (!f || (f->from_s <= 0 && f->to_s < 0 && !f->focus && !f->ignore))
 		out->prof->orphan_fates += orphans;
 	else {
 		double from = f->from_s > 0 ? f->from_s : 0;
-		double end = out->camlheap ? out->meta.duration_s + out->meta.attach_s
-					   : (double)(last_us - info->start_us) / 1e6;
+		double end = out->camlheap ? out->meta.duration_s : (double)(last_us - zero_us) / 1e6;
 		double to = f->to_s >= 0 && f->to_s < end ? f->to_s : end;
 
 		out->meta.duration_s = to > from ? to - from : 0;

@@ -380,7 +380,9 @@ live:
 		report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)), report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)),
 		g_hash_table_size(p->blocks), plural(g_hash_table_size(p->blocks)),
 		report_format_bytes(est_bytes(p, p->peak_live_samples), b4, sizeof(b4)),
-		p->peak_ns > p->first_ns ? (double)(p->peak_ns - p->first_ns) / 1e9 : 0.0);
+		p->peak_ns > (p->zero_ns ? p->zero_ns : p->first_ns)
+			? (double)(p->peak_ns - (p->zero_ns ? p->zero_ns : p->first_ns)) / 1e9
+			: 0.0);
 	if (p->relocated_blocks)
 		fprintf(out,
 			"warning     %" PRIu64 " sampled block%s moved by a compaction (%" PRIu64
@@ -555,6 +557,8 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		fprintf(out, "warning     %" PRIu64 " events refer to stacks whose frames were lost\n",
 			p->events_without_stack);
 
+	if (m->warning)
+		fprintf(out, "warning     %s\n", m->warning);
 	if (m->selection)
 		fprintf(out, "selection   %s\n", m->selection);
 	fprintf(out, "\nTop %d site%s by %s (of %zu site%s):\n", m->top, plural(m->top),
@@ -841,7 +845,7 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 	int ret = 0;
 
 	/* stacks in first-use order (sites are sorted by samples) */
-	for (size_t i = 0; i < nsites; i++)
+	for (size_t i = 0; i < nsites && !m->json_no_stacks; i++)
 		if (sites[i]->stack && !g_hash_table_contains(stack_ix, &sites[i]->stack->id)) {
 			g_hash_table_insert(stack_ix, (gpointer)&sites[i]->stack->id, GUINT_TO_POINTER(stacks->len));
 			g_ptr_array_add(stacks, (gpointer)sites[i]);
@@ -849,7 +853,7 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 
 	json_builder_begin_object(jb);
 	json_member_str(jb, "format", "camlheap-report");
-	json_member_int(jb, "version", 1);
+	json_member_int(jb, "version", 2);
 
 	json_builder_set_member_name(jb, "run");
 	json_builder_begin_object(jb);
@@ -912,42 +916,70 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 		json_builder_end_object(jb);
 	}
 
-	json_builder_set_member_name(jb, "stacks");
-	json_builder_begin_array(jb);
-	for (guint i = 0; i < stacks->len; i++) {
-		const struct profile_site *s = stacks->pdata[i];
-		struct sym_frame fr[MAX_INLINE];
-		char id[32];
+	/* frames once each (by return address and place in its inline
+	 * chain), stacks as lists of indices: deep stacks share most frames */
+	{
+		GHashTable *fix = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
+		GArray *order = g_array_new(FALSE, FALSE, sizeof(uint64_t));
 
-		json_builder_begin_object(jb);
-		snprintf(id, sizeof(id), "%016" PRIx64, s->stack->id);
-		json_member_str(jb, "id", id);
-		json_member_str(jb, "walk", term_names[s->stack->term]);
+		json_builder_set_member_name(jb, "stacks");
+		json_builder_begin_array(jb);
+		for (guint i = 0; i < stacks->len; i++) {
+			const struct profile_site *s = stacks->pdata[i];
+			struct sym_frame fr[MAX_INLINE];
+			char id[32];
+
+			json_builder_begin_object(jb);
+			snprintf(id, sizeof(id), "%016" PRIx64, s->stack->id);
+			json_member_str(jb, "id", id);
+			json_member_str(jb, "walk", term_names[s->stack->term]);
+			json_builder_set_member_name(jb, "frames");
+			json_builder_begin_array(jb);
+			for (uint32_t j = 0; j < s->stack->nframes; j++) {
+				/* the leaf is shown for each Comballoc index by its site */
+				int n = modules_lookup(mods, s->stack->frames[j], 0, fr, MAX_INLINE);
+
+				for (int k = 0; k < n; k++) {
+					uint64_t key = s->stack->frames[j] * MAX_INLINE + (uint64_t)k;
+					gpointer v;
+
+					if (!g_hash_table_lookup_extended(fix, &key, NULL, &v)) {
+						v = GUINT_TO_POINTER(order->len);
+						g_hash_table_insert(fix, g_memdup2(&key, sizeof(key)), v);
+						g_array_append_val(order, key);
+					}
+					json_builder_add_int_value(jb, GPOINTER_TO_UINT(v));
+				}
+			}
+			json_builder_end_array(jb);
+			json_builder_end_object(jb);
+		}
+		json_builder_end_array(jb);
 		json_builder_set_member_name(jb, "frames");
 		json_builder_begin_array(jb);
-		for (uint32_t j = 0; j < s->stack->nframes; j++) {
-			/* the leaf is shown for each Comballoc index by its site */
-			int n = modules_lookup(mods, s->stack->frames[j], 0, fr, MAX_INLINE);
+		for (guint i = 0; i < order->len; i++) {
+			uint64_t key = g_array_index(order, uint64_t, i), pc = key / MAX_INLINE;
+			struct sym_frame fr[MAX_INLINE];
+			int k = (int)(key % MAX_INLINE), n = modules_lookup(mods, pc, 0, fr, MAX_INLINE);
+			char pcs[32];
 
-			for (int k = 0; k < n; k++) {
-				char pc[32];
-
-				json_builder_begin_object(jb);
+			json_builder_begin_object(jb);
+			if (k < n) {
 				json_member_str(jb, "function", fr[k].function);
 				json_member_str(jb, "file", fr[k].file);
 				json_member_int(jb, "line", fr[k].line);
 				json_member_int(jb, "column", fr[k].column);
 				json_builder_set_member_name(jb, "inlined");
 				json_builder_add_boolean_value(jb, fr[k].inlined);
-				snprintf(pc, sizeof(pc), "0x%" PRIx64, s->stack->frames[j]);
-				json_member_str(jb, "pc", pc);
-				json_builder_end_object(jb);
 			}
+			snprintf(pcs, sizeof(pcs), "0x%" PRIx64, pc);
+			json_member_str(jb, "pc", pcs);
+			json_builder_end_object(jb);
 		}
 		json_builder_end_array(jb);
-		json_builder_end_object(jb);
+		g_array_free(order, TRUE);
+		g_hash_table_destroy(fix);
 	}
-	json_builder_end_array(jb);
 
 	json_builder_set_member_name(jb, "sites");
 	json_builder_begin_array(jb);
@@ -958,7 +990,7 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 		json_builder_begin_object(jb);
 		json_member_str(jb, "kind", kind_names[s->kind]);
 		json_builder_set_member_name(jb, "stack");
-		if (s->stack)
+		if (s->stack && !m->json_no_stacks)
 			json_builder_add_int_value(jb, GPOINTER_TO_UINT(g_hash_table_lookup(stack_ix, &s->stack->id)));
 		else
 			json_builder_add_null_value(jb);
@@ -998,7 +1030,8 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 
 	root = json_builder_get_root(jb);
 	json_generator_set_root(gen, root);
-	json_generator_set_pretty(gen, TRUE);
+	/* compact: a pretty-printed stack of indices takes a line each */
+	json_generator_set_pretty(gen, FALSE);
 	text = json_generator_to_data(gen, NULL);
 	if (fputs(text, out) == EOF || fputc('\n', out) == EOF)
 		ret = -(errno ? errno : EIO);
@@ -1040,20 +1073,20 @@ static const char *flamegraph_script(char *buf, size_t len)
 	return NULL;
 }
 
-/* Stacks below this share of the total are left out of an SVG with more
- * than SVG_MAX_STACKS of them: browsers take minutes over tens of
- * thousands of frames (each has a <title>). */
-#define SVG_MAX_STACKS 3000
-#define SVG_MIN_SHARE 0.0005
-
 /* Interactive flame graph (click to zoom, search) through flamegraph.pl
- * --colors mem, from the collapsed stacks of `value`. */
+ * --colors mem, from the collapsed stacks of m->value.  Every stack is
+ * given, so widths and percentages are of the true total; frames narrower
+ * than a pixel are not drawn (flamegraph.pl --minwidth), which keeps
+ * browsers fast on programs with tens of thousands of stacks.  Deep stacks
+ * (over 60 frames) are drawn as an icicle, roots at the top, so that the
+ * part that matters is where the page opens. */
 static int write_svg(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
 {
-	char script_buf[PATH_MAX], tmpl[] = "/tmp/camlheap-svg-XXXXXX", title[256];
+	char script_buf[PATH_MAX], tmpl[] = "/tmp/camlheap-svg-XXXXXX", title[768];
 	const char *script = flamegraph_script(script_buf, sizeof(script_buf));
 	FILE *in;
 	int fd, ret = 0, status;
+	unsigned depth = 0, nlines = 0;
 	pid_t pid;
 
 	if (!script) {
@@ -1071,51 +1104,41 @@ static int write_svg(FILE *out, const struct profile *p, const struct report_met
 		return -ENOMEM;
 	}
 	ret = report_write_collapsed(in, p, mods, m->value);
-	/* too many stacks: keep the big ones */
+	if (ret == 0 && fflush(in) == EOF)
+		ret = -EIO;
+	if (ret < 0) {
+		fclose(in);
+		return ret;
+	}
 	{
-		GPtrArray *lines = g_ptr_array_new_with_free_func(g_free);
 		char *line = NULL;
 		size_t cap = 0;
-		double total = 0;
-		unsigned dropped = 0;
 
 		rewind(in);
 		while (getline(&line, &cap, in) > 0) {
-			const char *sp = strrchr(line, ' ');
+			unsigned d = 1;
 
-			total += sp ? atof(sp + 1) : 0;
-			g_ptr_array_add(lines, g_strdup(line));
+			for (const char *c = line; *c; c++)
+				d += *c == ';';
+			if (d > depth)
+				depth = d;
+			nlines++;
 		}
 		free(line);
-		if (!lines->len) {
-			g_ptr_array_free(lines, TRUE);
-			fclose(in);
-			fprintf(stderr, "camlheap: nothing to draw: no %s bytes in this profile\n",
-				m->value == REPORT_VALUE_ALLOC ? "allocated" : "live");
-			return -ENODATA;
-		}
-		if (lines->len > SVG_MAX_STACKS) {
-			if (ftruncate(fd, 0) < 0)
-				ret = -errno;
-			rewind(in);
-			for (guint i = 0; i < lines->len; i++) {
-				const char *l = g_ptr_array_index(lines, i), *sp = strrchr(l, ' ');
-
-				if (sp && atof(sp + 1) >= SVG_MIN_SHARE * total)
-					fputs(l, in);
-				else
-					dropped++;
-			}
-		}
-		g_ptr_array_free(lines, TRUE);
-		snprintf(title, sizeof(title), "camlheap: %s bytes, %s (pid %d)%s",
-			 m->value == REPORT_VALUE_LIVE ? "live" : m->value == REPORT_VALUE_PEAK ? "peak live" : "allocated",
-			 m->exe ? m->exe : "?", m->pid, dropped ? " - stacks under 0.05% left out" : "");
 	}
-	if (fflush(in) == EOF || ret < 0) {
+	if (!nlines) {
 		fclose(in);
-		return ret < 0 ? ret : -EIO;
+		fprintf(stderr, "camlheap: nothing to draw: no %s bytes in this profile%s\n",
+			m->value == REPORT_VALUE_ALLOC ? "allocated" : "live",
+			m->selection ? " (after the selection)" : "");
+		return -ENODATA;
 	}
+	snprintf(title, sizeof(title), "camlheap: %s, %s (pid %d)%s%s%s",
+		 m->value == REPORT_VALUE_LIVE   ? "bytes alive at the end"
+		 : m->value == REPORT_VALUE_PEAK ? "each site's own peak live bytes, summed (sites peak at different times)"
+						 : "allocated bytes",
+		 m->exe ? m->exe : "?", m->pid, m->selection ? " - " : "", m->selection ? m->selection : "",
+		 depth > 60 ? " - icicle: roots at the top" : "");
 	rewind(in);
 	fflush(out);
 	pid = fork();
@@ -1125,10 +1148,28 @@ static int write_svg(FILE *out, const struct profile *p, const struct report_met
 		return ret;
 	}
 	if (pid == 0) {
+		const char *argv[20];
+		int a = 0;
+
 		dup2(fileno(in), 0);
 		dup2(fileno(out), 1);
-		execlp("perl", "perl", script, "--title", title, "--countname", "bytes", "--nametype", "Site:",
-		       "--colors", "mem", "--hash", (char *)NULL);
+		argv[a++] = "perl";
+		argv[a++] = script;
+		argv[a++] = "--title";
+		argv[a++] = title;
+		argv[a++] = "--countname";
+		argv[a++] = "bytes";
+		argv[a++] = "--nametype";
+		argv[a++] = "Site:";
+		argv[a++] = "--colors";
+		argv[a++] = "mem";
+		argv[a++] = "--hash";
+		argv[a++] = "--minwidth";
+		argv[a++] = "1";
+		if (depth > 60)
+			argv[a++] = "--inverted";
+		argv[a] = NULL;
+		execvp("perl", (char *const *)argv);
 		fprintf(stderr, "camlheap: cannot run perl %s: %s\n", script, strerror(errno));
 		_exit(127);
 	}

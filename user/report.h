@@ -64,6 +64,8 @@ struct report_meta {
 	const char *selection;         /* `camlheap report`: the window / filters applied, NULL if none */
 	const char *build_id;          /* the executable's GNU build id (hex) when no module is open */
 	bool foreign;                  /* a memtrace trace written inside the program: no probe figures */
+	bool json_no_stacks;           /* JSON without stacks (diff by allocation position needs none) */
+	const char *warning;           /* `camlheap report`: a problem with the recording itself, or NULL */
 };
 
 /* Write the text report: the first line names the executor and says which
