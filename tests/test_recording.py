@@ -362,3 +362,34 @@ def test_report_reads_a_trace_camlheap_did_not_write():
     assert js["census"]["live_samples"] == sum(v for k, v in allocs.items() if k not in collected)
     text = _camlheap(["report", trace, "--top", "3"]).stdout.decode()
     assert text.startswith("camlheap: a memtrace trace written inside the program"), text[:200]
+
+
+def test_report_edges_from_the_review():
+    # rate 1: the runtime's first allocations have no OCaml frame; read
+    # back they are still that, not "frames lost"
+    d = chtest.tmpdir()
+    path, also = os.path.join(d, "c.ctf"), os.path.join(d, "also.txt")
+    rc, so, se = chtest.run_record(["--rate", "1", "-o", path], [fixture("chain"), "n=100"],
+                                   env=dict(os.environ, CAMLHEAP_ALSO_TEXT=also))
+    assert rc == 0, se
+    text = _camlheap(["report", path]).stdout.decode()
+    assert text == open(also).read()
+    assert "frames were lost" not in text
+    # the printed duration as --to keeps every allocation (one time base)
+    js = json.loads(_camlheap(["report", path, "--format", "json"]).stdout)
+    kept = json.loads(_camlheap(["report", path, "--format", "json", "--to", repr(js["run"]["duration_s"])]).stdout)
+    assert kept["totals"]["samples"] == js["totals"]["samples"], (kept["totals"]["samples"], js["totals"]["samples"])
+    huge = json.loads(_camlheap(["report", path, "--format", "json", "--to", "1e300"]).stdout)
+    assert huge["totals"]["samples"] == js["totals"]["samples"]
+    # a pipe
+    p = subprocess.run([chtest.CAMLHEAP, "report", "-"], stdin=open(path, "rb"), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    assert p.returncode == 0 and p.stdout.decode() == text, p.stderr
+    cat = subprocess.Popen(["cat", path], stdout=subprocess.PIPE)
+    p = subprocess.run([chtest.CAMLHEAP, "report", "-"], stdin=cat.stdout, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    cat.wait()
+    assert p.returncode == 0 and p.stdout.decode() == text, p.stderr
+    # a format other than text on a launched command's stdout would mix with its output
+    rc, so, se = chtest.run_record(["--rate", "1e-3", "--format", "json"], [fixture("leak"), "n=1"])
+    assert rc == 2 and "give -o FILE" in se, (rc, se)
