@@ -378,17 +378,18 @@ static const char report_doc[] =
 	"json or an interactive SVG flame graph; optionally over a time window or a subset of the "
 	"stacks.\n"
 	"\n"
-	"  camlheap report FILE [--format F] [--value alloc|live|peak] [--from S] [--to S]\n"
-	"                       [--focus STR]... [--ignore STR]... [--min-samples N] [--top N] [-o OUT]\n"
+	"  camlheap report FILE [--format F] [--value alloc|live|peak]\n"
+	"         [--from S] [--to S] [--focus STR]... [--ignore STR]...\n"
+	"         [--min-samples N] [--top N] [-o OUT]      (FILE -: stdin)\n"
 	"\n"
 	"Examples:\n"
 	"  camlheap report run.ctf --value live --top 10\n"
-	"  camlheap report run.ctf --format svg --focus Typing -o typing.svg\n"
+	"  camlheap report run.ctf --format svg --focus typing/ -o typing.svg\n"
 	"  camlheap report run.ctf --from 30 --to 60 --format pprof -o window.pb.gz\n"
 	"\n"
-	"--from/--to keep the allocations made in that window (seconds from the start of the "
-	"recording); live figures are then those at --to. --focus keeps the allocations with a frame "
-	"(function or file) containing one of the strings, --ignore drops them. --min-samples hides "
+	"--from/--to keep the allocations made in that window (seconds from the end of the attach, "
+	"the zero of the report's duration and peak times); live figures are then those at --to. --focus keeps the allocations with a frame "
+	"(function or file) containing one of the strings, --ignore drops them (case-sensitive). --min-samples hides "
 	"the sites with fewer samples; the header's totals still count them.";
 
 enum { OPT_FROM = 0x200, OPT_TO, OPT_FOCUS, OPT_IGNORE, OPT_MIN_SAMPLES };
@@ -401,7 +402,7 @@ static const struct argp_option report_options[] = {
 	  0 },
 	{ "output", 'o', "FILE", 0, "Write to FILE (via a temporary file and rename; default stdout)", 0 },
 	{ "top", 'n', "N", 0, "Sites shown in the text report (default 20)", 0 },
-	{ "from", OPT_FROM, "SECONDS", 0, "Keep allocations from this time on (seconds from the recording's start)", 0 },
+	{ "from", OPT_FROM, "SECONDS", 0, "Keep allocations from this time on (seconds from the end of the attach)", 0 },
 	{ "to", OPT_TO, "SECONDS", 0, "Keep allocations and deaths up to this time", 0 },
 	{ "focus", OPT_FOCUS, "STR", 0, "Keep allocations with a frame whose function or file contains STR (repeatable)", 0 },
 	{ "ignore", OPT_IGNORE, "STR", 0, "Drop allocations with a frame whose function or file contains STR (repeatable)", 0 },
