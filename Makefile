@@ -4,6 +4,7 @@
 #   make demo     profile Debian's ocamlopt.opt compiling a large stdlib file
 #   make bench    overhead ratios, side by side in one run
 #   make fuzz     the memtrace writer and reader against each other (FUZZ_SECONDS, default 600)
+#   make toolchains  build OCaml 4.14.0, 5.1.4, 5.3.0 (+frame pointers) into ~/.cache/camlheap/toolchains
 #   make deps     only install the Debian packages
 
 BUILD    ?= build
@@ -38,7 +39,7 @@ FIXTURES     := $(patsubst tests/fixtures/%.ml,$(BUILD)/fixtures/%,$(FIXTURE_SRC
 UNIT_SRCS    := $(wildcard tests/unit_*.c)
 UNIT_BINS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 
-.PHONY: all deps test test-vm demo bench clean fixtures unit fuzz
+.PHONY: all deps test test-vm demo bench clean fixtures unit fuzz toolchains
 .DELETE_ON_ERROR:
 # BPF objects and skeletons are intermediate files of a chain: keep them.
 .SECONDARY: $(BPF_OBJS) $(SKELS)
@@ -126,6 +127,12 @@ $(BUILD)/tests/fuzz_memtrace: tests/fuzz_memtrace.c user/memtrace.c user/memtrac
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iuser \
 	  $(shell pkg-config --cflags glib-2.0) -o $@ tests/fuzz_memtrace.c user/memtrace.c \
 	  $(shell pkg-config --libs glib-2.0)
+
+# OCaml toolchains beyond Debian's (tests/toolchains.py): built once into
+# ~/.cache/camlheap/toolchains, reused by every clone; `make test` builds the
+# ones its version tests need.
+toolchains:
+	python3 tests/toolchains.py
 
 fuzz: $(BUILD)/tests/fuzz_memtrace
 	@mkdir -p $(BUILD)/fuzz-corpus
