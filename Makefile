@@ -4,7 +4,7 @@
 #   make demo     profile Debian's ocamlopt.opt compiling a large stdlib file
 #   make bench    overhead ratios, side by side in one run
 #   make fuzz     the memtrace writer and reader against each other (FUZZ_SECONDS, default 600)
-#   make toolchains  build OCaml 4.14.0, 5.1.4, 5.3.0 (+frame pointers) into ~/.cache/camlheap/toolchains
+#   make toolchains  build OCaml 4.14.0, 5.1.0, 5.3.0 (+frame pointers) into ~/.cache/camlheap/toolchains
 #   make deps     only install the Debian packages
 
 BUILD    ?= build

@@ -6,7 +6,9 @@ runs against them unchanged.  One test per (toolchain, check), named
 test_v<version>__<module>__<check>.
 
 4.14.0: supported like 4.13.1 (same runtime layout, checked offsets).
-OCaml 5 toolchains are issue 6's work; until then camlheap refuses them.
+5.1.0 (npm's ocaml@5.1.4) and 5.3.0: not supported yet; a real 5.x program is refused with a
+clear message, in launch mode before it runs, in attach mode leaving it
+running unharmed.
 """
 import os
 import subprocess
@@ -84,3 +86,54 @@ for _mod, _check in CHECKS:
     _f = _make("4.14.0", _mod, _check)
     globals()[_f.__name__] = _f
 del _mod, _check, _f
+
+
+SPIN5 = """let () =
+  let secs = float_of_string Sys.argv.(1) in
+  let t0 = Sys.time () and acc = ref [] and n = ref 0 in
+  while Sys.time () -. t0 < secs do
+    acc := List.init 100 (fun i -> i + !n) :: (if List.length !acc > 100 then [] else !acc);
+    incr n
+  done;
+  print_endline ("spin5 done " ^ Sys.ocaml_version)
+"""
+
+
+def _ocaml5_program(name):
+    prefix = toolchains.ensure(name)
+    d = os.path.join(chtest.BUILD, "v" + name)
+    os.makedirs(d, exist_ok=True)
+    src, exe = os.path.join(d, "spin5.ml"), os.path.join(d, "spin5")
+    with open(src, "w") as f:
+        f.write(SPIN5)
+    subprocess.run([os.path.join(prefix, "bin", "ocamlopt"), "-g", "spin5.ml", "-o", "spin5"], cwd=d, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    return exe
+
+
+def _refused(name):
+    version = toolchains.TOOLCHAINS[name][1]
+    exe = _ocaml5_program(name)
+    # launch mode: refused before the command runs a single instruction
+    p = subprocess.run([chtest.CAMLHEAP, "record", "--", exe, "0.2"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and ("OCaml %s runtime" % version) in err and "supported: 4.13, 4.14" in err, err
+    assert "the command was not run" in err and b"spin5 done" not in p.stdout, (p.stdout, err)
+    # attach mode: refused, and the program runs on unharmed
+    prog = subprocess.Popen([exe, "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    import time
+    time.sleep(0.3)
+    r = subprocess.run([chtest.CAMLHEAP, "record", "-p", str(prog.pid), "-o", os.path.join(chtest.tmpdir(), "r.txt")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    out, _ = prog.communicate(timeout=120)
+    assert r.returncode == 2 and ("OCaml %s runtime" % version) in r.stderr.decode(), r.stderr
+    assert prog.returncode == 0 and out.decode().strip() == "spin5 done " + version, (prog.returncode, out)
+
+
+def test_v5_1_0__refused_clearly():
+    _refused("5.1.0")
+
+
+def test_v5_3_0__refused_clearly():
+    _refused("5.3.0")

@@ -24,12 +24,13 @@ import subprocess
 import sys
 import tempfile
 
-# name -> (npm version, configure arguments)
+# name -> (npm package version, the OCaml version it holds, configure arguments).
+# The npm versions are the packagers' own: ocaml@5.1.4 holds OCaml 5.1.0.
 TOOLCHAINS = {
-    "4.14.0": ("4.14.0", []),
-    "5.1.4": ("5.1.4", []),
-    "5.3.0": ("5.3.0", []),
-    "5.3.0-fp": ("5.3.0", ["--enable-frame-pointers"]),
+    "4.14.0": ("4.14.0", "4.14.0", []),
+    "5.1.0": ("5.1.4", "5.1.0", []),
+    "5.3.0": ("5.3.0", "5.3.0", []),
+    "5.3.0-fp": ("5.3.0", "5.3.0", ["--enable-frame-pointers"]),
 }
 
 SMOKE = 'let () = let l = List.init 1000 (fun i -> (i, string_of_int i)) in ' \
@@ -76,13 +77,13 @@ def _verify(prefix, version, stamp_want):
 
 def ensure(name, log=sys.stderr):
     """Path of the toolchain `name` (a key of TOOLCHAINS), built if needed."""
-    version, args = TOOLCHAINS[name]
+    npm_version, version, args = TOOLCHAINS[name]
     root = cache_root()
     os.makedirs(root, exist_ok=True)
     prefix = os.path.join(root, name)
     with open(os.path.join(root, "." + name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        stamp = {"version": version, "configure": args, "integrity": _integrity(version)}
+        stamp = {"npm": npm_version, "version": version, "configure": args, "integrity": _integrity(npm_version)}
         if _verify(prefix, version, stamp):
             return prefix
         print("toolchains: building OCaml %s (%s) into %s (a few minutes, once)" % (
@@ -90,7 +91,7 @@ def ensure(name, log=sys.stderr):
         work = tempfile.mkdtemp(prefix="camlheap-tc-", dir=root)
         shutil.rmtree(prefix, ignore_errors=True)
         try:
-            subprocess.run(["npm", "pack", "--silent", "ocaml@" + version], cwd=work, check=True, timeout=600,
+            subprocess.run(["npm", "pack", "--silent", "ocaml@" + npm_version], cwd=work, check=True, timeout=600,
                            stdout=subprocess.DEVNULL)
             tgz = [f for f in os.listdir(work) if f.endswith(".tgz")]
             assert len(tgz) == 1, tgz

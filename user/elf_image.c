@@ -695,6 +695,11 @@ int elf_image_find_ocaml_version(const struct elf_image *img, char *buf, size_t 
 	const struct elf_symbol *b = elf_image_symbol(img, "camlStdlib__Sys__data_begin");
 	const struct elf_symbol *e = elf_image_symbol(img, "camlStdlib__Sys__data_end");
 
+	if (!b || !e) { /* OCaml 5 separates with a dot */
+		b = elf_image_symbol(img, "camlStdlib__Sys.data_begin");
+		e = elf_image_symbol(img, "camlStdlib__Sys.data_end");
+	}
+
 	if (b && e && e->vaddr > b->vaddr) {
 		const unsigned char *p = elf_image_data(img, b->vaddr, e->vaddr - b->vaddr);
 

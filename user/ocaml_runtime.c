@@ -346,9 +346,10 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 	if (rt->major >= 0 && (rt->major != 4 || (rt->minor != 13 && rt->minor != 14))) {
 		snprintf(msg, msglen,
 			 "%s uses the OCaml %s runtime, which camlheap does not support yet "
-			 "(supported: 4.13, 4.14); rebuild with a supported compiler or profile in-process "
-			 "with Gc.Memprof",
-			 name, rt->version);
+			 "(supported: 4.13, 4.14); rebuild with a supported compiler%s",
+			 name, rt->version,
+			 rt->major == 5 && rt->minor < 3 ? " (OCaml 5.0 to 5.2 have no Gc.Memprof to profile in-process either)"
+						       : ", or profile in-process with Gc.Memprof (e.g. memtrace)");
 		return OCAML_UNSUPPORTED_VERSION;
 	}
 
