@@ -253,5 +253,9 @@ def test_exec_while_attaching_never_touches_the_new_program():
         err = r.stderr.decode()
         assert r.returncode in (0, 2), (r.returncode, err)
         if r.returncode == 2:
-            assert "called exec while camlheap was attaching" in err or "not a native OCaml program" in err, err
+            # the victim lives ~0.5 s after the exec: when the BPF load took
+            # longer (a loaded machine), it has exited by the time the attach
+            # fails, and camlheap says that instead
+            assert ("called exec while camlheap was attaching" in err or "not a native OCaml program" in err or
+                    "exited while camlheap was attaching" in err), err
         outcomes.add(r.returncode)
