@@ -336,7 +336,7 @@ static bool target_gone(const struct target *t)
 	snprintf(path, sizeof(path), "/proc/%d/stat", t->pid);
 	f = fopen(path, "r");
 	if (!f)
-		return true;
+		return errno == ENOENT || errno == ESRCH; /* not for want of descriptors */
 	if (fgets(buf, sizeof(buf), f)) {
 		char *p = strrchr(buf, ')'); /* comm may hold spaces and parens */
 
