@@ -3,6 +3,7 @@
 #include "recording.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
@@ -53,6 +54,7 @@ struct recording {
 	uint64_t start_us;
 	int64_t mono_to_real_ns;
 	GHashTable *defined;      /* codes with a location event (uint64 set) */
+	GHashTable *stacks_done;  /* stack ids whose codes all have one (uint64 set) */
 	GHashTable *ids;          /* kernel sample id -> object id */
 	GHashTable *funcs;        /* "function\0file" whose start line was written */
 	uint64_t gc, cycle, flags;
@@ -106,6 +108,7 @@ int recording_new(const char *output, int pid, double rate, bool census_on, stru
 	rc->rate = rate;
 	rc->census_on = census_on;
 	rc->defined = g_hash_table_new_full(u64_hash, u64_equal, g_free, NULL);
+	rc->stacks_done = g_hash_table_new_full(u64_hash, u64_equal, g_free, NULL);
 	rc->ids = g_hash_table_new_full(u64_hash, u64_equal, g_free, g_free);
 	rc->funcs = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	ret = mt_writer_new(rc->body, (uint64_t)pid, rc->start_us, &rc->w);
@@ -245,8 +248,17 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 		 * (no codes at all is a stack without OCaml frames) */
 		rc->codes[n++] = CODE_TERM | TERM_LOST;
 	}
-	for (size_t i = 0; i < n; i++)
-		define_code(rc, mods, t, rc->codes[i]);
+	/* once per stack; after that only the allocation point's code can be
+	 * new (another Comballoc index) */
+	if (st && g_hash_table_contains(rc->stacks_done, &ev->stack_id)) {
+		if (n)
+			define_code(rc, mods, t, rc->codes[n - 1]);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			define_code(rc, mods, t, rc->codes[i]);
+		if (st)
+			g_hash_table_add(rc->stacks_done, u64_dup(ev->stack_id));
+	}
 	uint64_t length = ev->kind == CH_KIND_CUSTOM ? ev->size_words : ev->size_words ? ev->size_words - 1 : 0;
 	enum mt_source src = ev->kind == CH_KIND_MINOR ? MT_SRC_MINOR
 			     : ev->kind == CH_KIND_CUSTOM ? MT_SRC_EXTERNAL
@@ -308,25 +320,46 @@ uint64_t recording_allocs(const struct recording *rc) { return rc ? mt_writer_al
 
 /* ---- metadata (trace_info context) ----------------------------------- */
 
-static void jstr(JsonBuilder *jb, const char *k, const char *v)
-{
-	if (!v)
-		return;
-	json_builder_set_member_name(jb, k);
-	json_builder_add_string_value(jb, v);
-}
-
-static void jint(JsonBuilder *jb, const char *k, int64_t v)
-{
-	json_builder_set_member_name(jb, k);
-	json_builder_add_int_value(jb, v);
-}
-
-static void jdbl(JsonBuilder *jb, const char *k, double v)
-{
-	json_builder_set_member_name(jb, k);
-	json_builder_add_double_value(jb, v);
-}
+/* The report_meta fields a recording carries: one list for writing and
+ * reading, so the two cannot drift apart. */
+enum meta_type { M_STR, M_INT, M_UINT, M_U64, M_I64, M_BOOL, M_DBL };
+static const struct {
+	const char *name;
+	enum meta_type type;
+	size_t off;
+} meta_fields[] = {
+#define F(name, type, field) { name, type, offsetof(struct report_meta, field) }
+	F("pid", M_INT, pid),
+	F("exe", M_STR, exe),
+	F("ocaml_version", M_STR, ocaml_version),
+	F("command", M_STR, command),
+	F("sampler_mode", M_STR, sampler_mode),
+	F("executor", M_STR, executor),
+	F("minor_off_why", M_STR, minor_off_why),
+	F("minor_source", M_STR, minor_source),
+	F("end_reason", M_STR, end_reason),
+	F("census_off_why", M_STR, census_off_why),
+	F("census", M_BOOL, census_on),
+	F("duration_s", M_DBL, duration_s),
+	F("attach_s", M_DBL, attach_s),
+	F("start_unix_ns", M_I64, start_unix_ns),
+	F("max_frames", M_UINT, max_frames),
+	F("probes_emulated", M_UINT, probes_emulated),
+	F("probes_total", M_UINT, probes_total),
+	F("plugins", M_UINT, plugins),
+	F("unreadable_files", M_UINT, unreadable_files),
+	F("cpu_s", M_DBL, cpu_s),
+	F("max_rss_mib", M_DBL, max_rss_mib),
+	F("fates_drained", M_U64, fates_drained),
+	F("exec_stops", M_U64, exec_stops),
+	F("exec_writes", M_U64, exec_writes),
+	F("exec_stale", M_U64, exec_stale),
+	F("exec_pending", M_U64, exec_pending),
+	F("exec_errors", M_U64, exec_errors),
+	F("exec_passed_signals", M_U64, exec_passed_signals),
+	F("exec_service_s", M_DBL, exec_service_s),
+#undef F
+};
 
 static char *meta_json(const struct recording *rc, const struct report_meta *m, const struct profile *p,
 		       const char *build_id)
@@ -337,37 +370,28 @@ static char *meta_json(const struct recording *rc, const struct report_meta *m, 
 	char *s;
 
 	json_builder_begin_object(jb);
-	jint(jb, "pid", m->pid);
-	jstr(jb, "exe", m->exe);
-	jstr(jb, "build_id", build_id);
-	jstr(jb, "ocaml_version", m->ocaml_version);
-	jstr(jb, "command", m->command);
-	jstr(jb, "sampler_mode", m->sampler_mode);
-	jstr(jb, "executor", m->executor);
-	jstr(jb, "minor_off_why", m->minor_off_why);
-	jstr(jb, "minor_source", m->minor_source);
-	jstr(jb, "end_reason", m->end_reason);
-	jstr(jb, "census_off_why", m->census_off_why);
-	jint(jb, "census", m->census_on);
-	jdbl(jb, "duration_s", m->duration_s);
-	jdbl(jb, "attach_s", m->attach_s);
-	jint(jb, "start_unix_ns", m->start_unix_ns);
-	jint(jb, "max_frames", m->max_frames);
-	jint(jb, "probes_emulated", m->probes_emulated);
-	jint(jb, "probes_total", m->probes_total);
-	jint(jb, "plugins", m->plugins);
-	jint(jb, "unreadable_files", m->unreadable_files);
-	jdbl(jb, "cpu_s", m->cpu_s);
-	jdbl(jb, "max_rss_mib", m->max_rss_mib);
-	jint(jb, "fates_drained", (int64_t)m->fates_drained);
-	jint(jb, "orphan_fates", (int64_t)p->orphan_fates);
-	jint(jb, "exec_stops", (int64_t)m->exec_stops);
-	jint(jb, "exec_writes", (int64_t)m->exec_writes);
-	jint(jb, "exec_stale", (int64_t)m->exec_stale);
-	jint(jb, "exec_pending", (int64_t)m->exec_pending);
-	jint(jb, "exec_errors", (int64_t)m->exec_errors);
-	jint(jb, "exec_passed_signals", (int64_t)m->exec_passed_signals);
-	jdbl(jb, "exec_service_s", m->exec_service_s);
+	for (size_t i = 0; i < sizeof(meta_fields) / sizeof(meta_fields[0]); i++) {
+		const void *f = (const char *)m + meta_fields[i].off;
+
+		if (meta_fields[i].type == M_STR && !*(const char *const *)f)
+			continue;
+		json_builder_set_member_name(jb, meta_fields[i].name);
+		switch (meta_fields[i].type) {
+		case M_STR: json_builder_add_string_value(jb, *(const char *const *)f); break;
+		case M_INT: json_builder_add_int_value(jb, *(const int *)f); break;
+		case M_UINT: json_builder_add_int_value(jb, *(const unsigned *)f); break;
+		case M_U64: json_builder_add_int_value(jb, (int64_t)*(const uint64_t *)f); break;
+		case M_I64: json_builder_add_int_value(jb, *(const int64_t *)f); break;
+		case M_BOOL: json_builder_add_int_value(jb, *(const bool *)f); break;
+		case M_DBL: json_builder_add_double_value(jb, *(const double *)f); break;
+		}
+	}
+	if (build_id) {
+		json_builder_set_member_name(jb, "build_id");
+		json_builder_add_string_value(jb, build_id);
+	}
+	json_builder_set_member_name(jb, "orphan_fates");
+	json_builder_add_int_value(jb, (int64_t)p->orphan_fates);
 	json_builder_set_member_name(jb, "counters");
 	json_builder_begin_array(jb);
 	for (int i = 0; i < CH_CNT__COUNT; i++)
@@ -436,6 +460,8 @@ void recording_free(struct recording *rc)
 		fclose(rc->log);
 	if (rc->defined)
 		g_hash_table_destroy(rc->defined);
+	if (rc->stacks_done)
+		g_hash_table_destroy(rc->stacks_done);
 	if (rc->ids)
 		g_hash_table_destroy(rc->ids);
 	if (rc->funcs)
@@ -547,37 +573,22 @@ static bool read_meta(struct recording_loaded *out, struct loaded_priv *lp, cons
 	if (json_parser_load_from_data(jp, context + strlen(CONTEXT_MAGIC), -1, NULL) &&
 	    JSON_NODE_HOLDS_OBJECT(json_parser_get_root(jp))) {
 		o = json_node_get_object(json_parser_get_root(jp));
-		m->pid = (int)jget_int(o, "pid");
-		m->exe = jget_str(lp, o, "exe");
+		for (size_t i = 0; i < sizeof(meta_fields) / sizeof(meta_fields[0]); i++) {
+			void *f = (char *)m + meta_fields[i].off;
+			const char *k = meta_fields[i].name;
+
+			switch (meta_fields[i].type) {
+			case M_STR: *(const char **)f = jget_str(lp, o, k); break;
+			case M_INT: *(int *)f = (int)jget_int(o, k); break;
+			case M_UINT: *(unsigned *)f = (unsigned)jget_int(o, k); break;
+			case M_U64: *(uint64_t *)f = (uint64_t)jget_int(o, k); break;
+			case M_I64: *(int64_t *)f = jget_int(o, k); break;
+			case M_BOOL: *(bool *)f = jget_int(o, k) != 0; break;
+			case M_DBL: *(double *)f = jget_num(o, k); break;
+			}
+		}
 		out->build_id = jget_str(lp, o, "build_id");
-		m->ocaml_version = jget_str(lp, o, "ocaml_version");
-		m->command = jget_str(lp, o, "command");
-		m->sampler_mode = jget_str(lp, o, "sampler_mode");
-		m->executor = jget_str(lp, o, "executor");
-		m->minor_off_why = jget_str(lp, o, "minor_off_why");
-		m->minor_source = jget_str(lp, o, "minor_source");
-		m->end_reason = jget_str(lp, o, "end_reason");
-		m->census_off_why = jget_str(lp, o, "census_off_why");
-		m->census_on = jget_int(o, "census") != 0;
-		m->duration_s = jget_num(o, "duration_s");
-		m->attach_s = jget_num(o, "attach_s");
-		m->start_unix_ns = jget_int(o, "start_unix_ns");
-		m->max_frames = (unsigned)jget_int(o, "max_frames");
-		m->probes_emulated = (unsigned)jget_int(o, "probes_emulated");
-		m->probes_total = (unsigned)jget_int(o, "probes_total");
-		m->plugins = (unsigned)jget_int(o, "plugins");
-		m->unreadable_files = (unsigned)jget_int(o, "unreadable_files");
-		m->cpu_s = jget_num(o, "cpu_s");
-		m->max_rss_mib = jget_num(o, "max_rss_mib");
-		m->fates_drained = (uint64_t)jget_int(o, "fates_drained");
 		*orphans = (uint64_t)jget_int(o, "orphan_fates");
-		m->exec_stops = (uint64_t)jget_int(o, "exec_stops");
-		m->exec_writes = (uint64_t)jget_int(o, "exec_writes");
-		m->exec_stale = (uint64_t)jget_int(o, "exec_stale");
-		m->exec_pending = (uint64_t)jget_int(o, "exec_pending");
-		m->exec_errors = (uint64_t)jget_int(o, "exec_errors");
-		m->exec_passed_signals = (uint64_t)jget_int(o, "exec_passed_signals");
-		m->exec_service_s = jget_num(o, "exec_service_s");
 		if (json_object_has_member(o, "counters")) {
 			JsonArray *a = json_object_get_array_member(o, "counters");
 
