@@ -65,9 +65,6 @@ struct recording {
 	uint64_t unknown_ids;     /* fates for blocks the trace does not have (sample event lost) */
 };
 
-static guint u64_hash(gconstpointer k) { uint64_t v = *(const uint64_t *)k; return (guint)(v ^ (v >> 29) ^ (v >> 47)); }
-static gboolean u64_equal(gconstpointer a, gconstpointer b) { return *(const uint64_t *)a == *(const uint64_t *)b; }
-
 static uint64_t *u64_dup(uint64_t v)
 {
 	uint64_t *p = g_new(uint64_t, 1);
@@ -107,9 +104,9 @@ int recording_new(const char *output, int pid, double rate, bool census_on, stru
 	rc->pid = pid;
 	rc->rate = rate;
 	rc->census_on = census_on;
-	rc->defined = g_hash_table_new_full(u64_hash, u64_equal, g_free, NULL);
-	rc->stacks_done = g_hash_table_new_full(u64_hash, u64_equal, g_free, NULL);
-	rc->ids = g_hash_table_new_full(u64_hash, u64_equal, g_free, g_free);
+	rc->defined = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
+	rc->stacks_done = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
+	rc->ids = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, g_free);
 	rc->funcs = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	ret = mt_writer_new(rc->body, (uint64_t)pid, rc->start_us, &rc->w);
 	if (ret < 0) {
@@ -851,7 +848,7 @@ int recording_load(const char *path, const struct recording_filter *f, struct re
 				       : 0;
 	s.to_us = f && f->to_s >= 0 && f->to_s < 1e9 ? zero_us + (uint64_t)(f->to_s * 1e6) : UINT64_MAX;
 	s.kept = g_byte_array_new();
-	s.stack_ok = g_hash_table_new_full(u64_hash, u64_equal, g_free, NULL);
+	s.stack_ok = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
 	last_us = info->start_us;
 	while ((ret = mt_reader_next(lp->r, &e)) > 0) {
 		last_us = e.time_us;
