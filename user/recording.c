@@ -62,7 +62,6 @@ struct recording {
 	uint64_t *codes;
 	size_t codes_cap;
 	int err;
-	uint64_t unknown_ids;     /* fates for blocks the trace does not have (sample event lost) */
 };
 
 static uint64_t *u64_dup(uint64_t v)
@@ -279,10 +278,8 @@ static void add_fate(struct recording *rc, const struct ch_fate_event *f)
 		return;
 	}
 	idp = g_hash_table_lookup(rc->ids, &f->sample_id);
-	if (!idp) {
-		rc->unknown_ids++;
+	if (!idp) /* its sample event was lost: the profile counts it as an orphan */
 		return;
-	}
 	id = *idp;
 	announce_gc(rc, t, f->minor_gcs, f->major_gcs);
 	switch (f->kind) {
