@@ -311,6 +311,11 @@ def test_killed_recorder_leaves_no_file_and_the_target_runs_on():
     assert os.listdir(d) == [], os.listdir(d)  # the event body was an unlinked file
     rc, out, err = w.finish(timeout=300)
     assert rc == 0, err
+    # the same output as without camlheap (the fixture prints what it allocated and keeps)
+    plain = chtest.Waiting("leak", ["n=40"])
+    plain.release()
+    prc, pout, perr = plain.finish(timeout=300)
+    assert prc == 0 and out == pout, (out[-500:], pout[-500:])
 
 
 def test_fuzz_memtrace_writer_against_reader():
