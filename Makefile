@@ -39,7 +39,7 @@ FIXTURES     := $(patsubst tests/fixtures/%.ml,$(BUILD)/fixtures/%,$(FIXTURE_SRC
 UNIT_SRCS    := $(wildcard tests/unit_*.c)
 UNIT_BINS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 
-.PHONY: all deps test test-vm demo bench clean fixtures unit fuzz toolchains
+.PHONY: all deps test test-vm demo bench clean fixtures fixtures5 unit fuzz toolchains
 .DELETE_ON_ERROR:
 # BPF objects and skeletons are intermediate files of a chain: keep them.
 .SECONDARY: $(BPF_OBJS) $(SKELS)
@@ -83,7 +83,8 @@ $(BUILD)/camlheap: $(BUILD)/user/main.o $(USER_OBJS)
 
 # --- tests -------------------------------------------------------------------
 # Fixtures: tests/fixtures/NAME.ml [+ NAME_stubs.c] -> build/fixtures/NAME,
-# native, with -g.  Per-fixture link flags in tests/fixtures/NAME.flags.
+# native, with -g.  Per-fixture link flags in tests/fixtures/NAME.flags;
+# -I +unix for OCaml 5, where unix has its own directory (ignored by 4.x).
 # The shared module tests/fixtures/lib/fixture.ml(i) (arguments, --wait) is
 # compiled in each obj dir into fixture.cmxa, a library: it is linked only
 # into the fixtures that use it (hello_byte, without unix.cmxa, does not).
@@ -92,9 +93,20 @@ $(BUILD)/fixtures/%: tests/fixtures/%.ml $(FIXTURE_LIB) $(wildcard tests/fixture
 	@mkdir -p $(BUILD)/fixtures/obj-$*
 	cp $< $(FIXTURE_LIB) $(BUILD)/fixtures/obj-$*/
 	if [ -f tests/fixtures/$*_stubs.c ]; then cp tests/fixtures/$*_stubs.c $(BUILD)/fixtures/obj-$*/; fi
-	cd $(BUILD)/fixtures/obj-$* && $(OCAMLOPT) -g -a fixture.mli fixture.ml -o fixture.cmxa && \
-	  $(OCAMLOPT) -g $$(cat $(CURDIR)/tests/fixtures/$*.flags 2>/dev/null) \
+	cd $(BUILD)/fixtures/obj-$* && $(OCAMLOPT) -g -I +unix -a fixture.mli fixture.ml -o fixture.cmxa && \
+	  $(OCAMLOPT) -g -I +unix $$(cat $(CURDIR)/tests/fixtures/$*.flags 2>/dev/null) \
 	  fixture.cmxa $$(ls $*_stubs.c 2>/dev/null) $*.ml -o ../$*
+
+# OCaml 5 only fixtures (effects, domains): tests/fixtures/ocaml5/NAME.ml,
+# built by `make fixtures5` with an OCaml 5 OCAMLOPT (tests/test_versions.py).
+FIXTURES5 := $(patsubst tests/fixtures/ocaml5/%.ml,$(BUILD)/fixtures/%,$(wildcard tests/fixtures/ocaml5/*.ml))
+$(BUILD)/fixtures/%: tests/fixtures/ocaml5/%.ml $(FIXTURE_LIB) | $(BUILD)/.deps
+	@mkdir -p $(BUILD)/fixtures/obj-$*
+	cp $< $(FIXTURE_LIB) $(BUILD)/fixtures/obj-$*/
+	cd $(BUILD)/fixtures/obj-$* && $(OCAMLOPT) -g -I +unix -a fixture.mli fixture.ml -o fixture.cmxa && \
+	  $(OCAMLOPT) -g -I +unix unix.cmxa fixture.cmxa $*.ml -o ../$*
+
+fixtures5: $(FIXTURES5)
 
 # Bytecode builds of one fixture, for the "not native code" errors.
 $(BUILD)/fixtures/hello_byte.byte $(BUILD)/fixtures/hello_byte.custom: tests/fixtures/hello_byte.ml | $(BUILD)/.deps
@@ -106,7 +118,7 @@ $(BUILD)/fixtures/hello_byte.byte $(BUILD)/fixtures/hello_byte.custom: tests/fix
 # A Dynlink plugin for the dynhost fixture, compiled against its interface.
 $(BUILD)/fixtures/dynplug.cmxs: tests/fixtures/plugin/dynplug.ml $(BUILD)/fixtures/dynhost
 	cp $< $(BUILD)/fixtures/obj-dynhost/
-	cd $(BUILD)/fixtures/obj-dynhost && $(OCAMLOPT) -g -shared dynplug.ml -o ../dynplug.cmxs
+	cd $(BUILD)/fixtures/obj-dynhost && $(OCAMLOPT) -g -I +unix -shared dynplug.ml -o ../dynplug.cmxs
 
 $(BUILD)/fixtures/victim: tests/fixtures/victim.c
 	@mkdir -p $(@D)

@@ -113,9 +113,9 @@ static long binom_step(__u32 i, void *data)
  * so the verifier tracks no counter.  bpf_loop caps the samples of one
  * block at 2^23 (a 2^23/lambda-word block); the countdown then restarts at
  * the block's end, so nothing after it is biased. */
-static __always_inline __u32 sample_words(struct ch_proc *p, __u64 len)
+static __always_inline __u32 sample_words(__s64 *next, __u64 len)
 {
-	struct binom_state b = { .next = p->next_sample_words, .len = (__s64)len };
+	struct binom_state b = { .next = *next, .len = (__s64)len };
 	long n = 0;
 
 	if (b.next < b.len) {
@@ -127,8 +127,67 @@ static __always_inline __u32 sample_words(struct ch_proc *p, __u64 len)
 			count(CH_CNT_CAPPED, 1);
 		}
 	}
-	p->next_sample_words = b.next - b.len;
+	*next = b.next - b.len;
 	return n > 0 ? (__u32)n : 0;
+}
+
+/* OCaml 5: the allocating thread's domain state, read from its TLS
+ * `caml_state` (ocaml-runtime.md §3.5): fs base + tls_state_off.  0 if
+ * unreadable (a thread outside any domain, or a wrong offset: counted). */
+static __always_inline __u64 ocaml5_dom(struct ch_proc *p)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 fsbase = BPF_CORE_READ(task, thread.fsbase), dom = 0;
+
+	if (!fsbase || bpf_probe_read_user(&dom, sizeof(dom), (void *)(fsbase + p->tls_state_off)))
+		return 0;
+	return dom;
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct ch_domain_key);
+	__type(value, struct ch_domain);
+} domains SEC(".maps");
+
+/* OCaml 5: the countdown of domain `dom`, created with a fresh draw. */
+static __always_inline __s64 *ocaml5_countdown(__u64 dom)
+{
+	struct ch_domain_key k = { .dom_state = dom, .tgid = bpf_get_current_pid_tgid() >> 32 };
+	struct ch_domain *d = bpf_map_lookup_elem(&domains, &k), fresh;
+
+	if (d)
+		return &d->next_sample_words;
+	fresh.next_sample_words = (__s64)geom_draw() - 1;
+	bpf_map_update_elem(&domains, &k, &fresh, BPF_NOEXIST);
+	d = bpf_map_lookup_elem(&domains, &k);
+	return d ? &d->next_sample_words : 0;
+}
+
+/* OCaml 5: check the domain state the TLS pointer gave (young_start <=
+ * young_ptr <= young_end, give or take a block being allocated) and read
+ * the domain id and the exported collection counters. */
+static __always_inline int domain5_plausible(struct ch_proc *p, __u64 dom, struct ch_sample_event *ev)
+{
+	__u64 f[4], minor = 0, major = 0, compactions = 0;
+	__u32 id = 0;
+
+	if (bpf_probe_read_user(f, sizeof(f), (void *)dom) ||
+	    bpf_probe_read_user(&id, sizeof(id), (void *)(dom + p->dom_id_off)))
+		return 0;
+	bpf_probe_read_user(&minor, sizeof(minor), (void *)(p->minor_count_sym + p->load_bias));
+	bpf_probe_read_user(&major, sizeof(major), (void *)(p->major_count_sym + p->load_bias));
+	if (p->compact_count_sym)
+		bpf_probe_read_user(&compactions, sizeof(compactions), (void *)(p->compact_count_sym + p->load_bias));
+	ev->in_minor_heap = ev->block_addr > f[CH_OCAML5_YOUNG_START / 8] && ev->block_addr < f[CH_OCAML5_YOUNG_END / 8];
+	ev->minor_gcs = (__u32)minor;
+	ev->major_gcs = (__u32)major;
+	ev->compactions = (__u32)compactions;
+	ev->domain = id;
+	return f[CH_OCAML5_YOUNG_START / 8] < f[CH_OCAML5_YOUNG_END / 8] &&
+	       f[CH_OCAML5_YOUNG_PTR / 8] + 257 * 8 >= f[CH_OCAML5_YOUNG_START / 8] &&
+	       f[CH_OCAML5_YOUNG_PTR / 8] <= f[CH_OCAML5_YOUNG_END / 8] && id < 65536;
 }
 
 /* The offsets are per version (ocaml-runtime.md §3.4): check them on the
@@ -181,8 +240,19 @@ static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, 
 	ev->minor_gcs = ev->major_gcs = ev->compactions = 0;
 	ev->clean_phases = p->clean_phases;
 	ev->in_minor_heap = 0;
+	ev->domain = 0;
 
-	if (bpf_probe_read_user(&caml_state, sizeof(caml_state), (void *)(p->caml_state_sym + p->load_bias)) ||
+	if (p->ocaml5) {
+		caml_state = ocaml5_dom(p);
+		if (!caml_state || !domain5_plausible(p, caml_state, ev)) {
+			count(CH_CNT_BAD_STATE, 1);
+			ev->nframes = 0;
+			ev->term = CH_TERM_READ_ERROR;
+			ev->stack_id = CH_TERM_READ_ERROR;
+		} else {
+			unwind_ocaml5(ev, caml_state, p->load_bias, p->first_frame);
+		}
+	} else if (bpf_probe_read_user(&caml_state, sizeof(caml_state), (void *)(p->caml_state_sym + p->load_bias)) ||
 	    !caml_state || !domain_state_plausible(caml_state, ev)) {
 		count(CH_CNT_BAD_STATE, 1);
 		ev->nframes = 0;
@@ -260,7 +330,18 @@ static __always_inline void on_words(__u8 kind, __u64 block, __u64 words)
 		return;
 	count(CH_CNT_HITS_MAJOR + kind - CH_KIND_MAJOR, 1);
 	count(CH_CNT_WORDS_MAJOR + kind - CH_KIND_MAJOR, words);
-	n = sample_words(p, words);
+	if (p->ocaml5) {
+		__u64 dom = ocaml5_dom(p);
+		__s64 *next = dom ? ocaml5_countdown(dom) : 0;
+
+		if (!next) {
+			count(CH_CNT_BAD_STATE, 1);
+			return;
+		}
+		n = sample_words(next, words);
+	} else {
+		n = sample_words(&p->next_sample_words, words);
+	}
 	if (n)
 		emit_sample(p, kind, block, words, n);
 }
@@ -283,6 +364,75 @@ int BPF_KPROBE(on_track_custom, __u64 block, __u64 bytes)
 {
 	/* memprof samples Wsize_bsize(bytes) words of out-of-heap memory. */
 	on_words(CH_KIND_CUSTOM, block, bytes / 8);
+	return 0;
+}
+
+/* OCaml 5.3: caml_memprof_sample_block(value block, size_t allocated_words,
+ * size_t sampled_words, int source) (5.3 runtime/memprof.c:1990), called
+ * whether or not Gc.Memprof runs, for every direct major allocation
+ * (alloc_shr, memory.c:452: source 0, sampled = Whsize), every custom
+ * block's out-of-heap memory (custom.c:117: source 2, mem words), and every
+ * unmarshalled object (intern.c:431/444: source 1, its Whsize). */
+#define CH_SRC_NORMAL 0
+#define CH_SRC_MARSHAL 1
+#define CH_SRC_CUSTOM 2
+SEC("uprobe")
+int BPF_KPROBE(on_sample_block, __u64 block, __u64 allocated_words, __u64 sampled_words, __u32 source)
+{
+	on_words(source == CH_SRC_CUSTOM ? CH_KIND_CUSTOM : source == CH_SRC_MARSHAL ? CH_KIND_UNMARSHAL : CH_KIND_MAJOR,
+		 block, sampled_words);
+	return 0;
+}
+
+/* OCaml 5.1 (no memprof code at all): the return of caml_alloc_shr,
+ * caml_alloc_shr_reserved and caml_alloc_shr_noexc (5.1 runtime/memory.c;
+ * each inlines alloc_shr, none calls another; C functions reached from C or
+ * through caml_c_call, so a uretprobe replaces no OCaml return address).
+ * The block is the return value; its words are Whsize from its header.
+ * Promotion and unmarshalling use caml_shared_try_alloc, not these. */
+SEC("uretprobe")
+int BPF_KRETPROBE(on_alloc_shr_ret, __u64 block)
+{
+	__u64 hd = 0;
+
+	if (!block || bpf_probe_read_user(&hd, sizeof(hd), (void *)(block - 8)))
+		return 0;
+	on_words(CH_KIND_MAJOR, block, (hd >> 10) + 1);
+	return 0;
+}
+
+/* OCaml 5.1: caml_alloc_custom_mem(ops, bsz, mem) declares `mem` bytes
+ * outside the heap (5.1 runtime/custom.c); the block is known at its
+ * return.  The entry keeps `mem` per thread. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64);
+} custom_inflight SEC(".maps");
+
+SEC("uprobe")
+int BPF_KPROBE(on_custom_mem, __u64 ops, __u64 bsz, __u64 mem)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	if (current_proc())
+		bpf_map_update_elem(&custom_inflight, &tid, &mem, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(on_custom_mem_ret, __u64 block)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 *mem = bpf_map_lookup_elem(&custom_inflight, &tid), bytes;
+
+	if (!mem)
+		return 0;
+	bytes = *mem;
+	bpf_map_delete_elem(&custom_inflight, &tid);
+	if (block)
+		on_words(CH_KIND_CUSTOM, block, bytes / 8);
 	return 0;
 }
 

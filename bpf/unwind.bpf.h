@@ -49,6 +49,8 @@ struct ocaml_walk {
 	__u64 hash;
 	__u32 nframes;
 	__u32 term;
+	__u64 stack;      /* OCaml 5: the stack_info (fiber) being walked */
+	__u64 ff;         /* OCaml 5: First_frame(sp) - sp */
 };
 
 /* FNV-1a style mixing of 64-bit words; the id only has to separate distinct
@@ -142,6 +144,127 @@ static __always_inline void unwind_ocaml4(struct ch_sample_event *ev, __u64 caml
 			depth = CH_MAX_FRAMES;
 		if (depth)
 			bpf_loop(depth, unwind_step, &u, 0);
+	}
+	ev->nframes = u.nframes;
+	ev->term = u.term;
+	ev->stack_id = unwind_mix(unwind_mix(u.hash, u.nframes), u.term);
+}
+
+/* OCaml 5: enter the stack (fiber) `stack` at its saved sp, or, if it is
+ * empty (sp == Stack_high, fresh or returned), go on to its parent, the
+ * fiber that ran its handler (stack->handler->parent; NULL: the main
+ * stack, the walk is over).  5.3 runtime/fiber.c caml_get_stack_sp_pc,
+ * backtrace_nat.c get_callstack.  Returns 1 when the walk ends. */
+static __always_inline int unwind5_enter(struct ocaml_walk *u, __u64 stack)
+{
+	__u64 hdr[3]; /* sp, exception_ptr, handler */
+
+	for (int hop = 0; hop < 4; hop++) {
+		if (!stack) {
+			u->term = CH_TERM_CLEAN;
+			return 1;
+		}
+		if (bpf_probe_read_user(hdr, sizeof(hdr), (void *)stack)) {
+			u->term = CH_TERM_READ_ERROR;
+			return 1;
+		}
+		u->stack = stack;
+		if (hdr[0] && hdr[0] != hdr[2]) {
+			u->sp = hdr[0] + u->ff;
+			if (bpf_probe_read_user(&u->pc, sizeof(u->pc), (void *)(u->sp - 8))) {
+				u->term = CH_TERM_READ_ERROR;
+				return 1;
+			}
+			return 0;
+		}
+		if (!hdr[2] || bpf_probe_read_user(&stack, sizeof(stack), (void *)(hdr[2] + CH_OCAML5_HANDLER_PARENT))) {
+			u->term = CH_TERM_READ_ERROR;
+			return 1;
+		}
+	}
+	u->term = CH_TERM_DEPTH; /* more than 4 empty fibers in a row: give up */
+	return 1;
+}
+
+/* One frame of the OCaml 5 walk: 5.3 runtime/backtrace_nat.c
+ * caml_next_frame_descriptor.  A regular frame: sp += frame_size, pc =
+ * *(sp - 8).  A 0xFFFF frame (caml_start_program's or caml_runstack's):
+ * skip its 32-byte header; at Stack_high (stack->handler) this fiber is
+ * done and the walk goes on in its parent, else a C->OCaml callback
+ * continues on the same stack at First_frame(sp). */
+static long unwind5_step(__u32 i, void *data)
+{
+	struct ocaml_walk *u = data;
+	struct ch_frame_key key = { .retaddr = u->pc - u->bias };
+	struct ch_frame_val *d;
+	__u64 handler = 0, parent = 0;
+	__u32 idx = i;
+
+	asm volatile("" : "+r"(idx));
+	idx &= CH_MAX_FRAMES - 1;
+	if (i >= CH_MAX_FRAMES)
+		return 1;
+	d = bpf_map_lookup_elem(&frametable, &key);
+	if (!d) {
+		key.retaddr = u->pc;
+		d = bpf_map_lookup_elem(&frametable_rt, &key);
+	}
+	if (!d) {
+		u->term = CH_TERM_UNKNOWN_PC;
+		return 1;
+	}
+	u->ev->frames[idx] = u->pc;
+	u->nframes = i + 1;
+	u->hash = unwind_mix(u->hash, u->pc);
+
+	if (d->frame_size != CH_FRAME_RETURN_TO_C) {
+		u->sp += d->frame_size & 0xFFFC;
+	} else {
+		u->sp += CH_OCAML5_STACK_HEADER;
+		if (bpf_probe_read_user(&handler, sizeof(handler), (void *)(u->stack + CH_OCAML5_STACK_HANDLER))) {
+			u->term = CH_TERM_READ_ERROR;
+			return 1;
+		}
+		if (u->sp == handler) {
+			/* the top of this fiber: on to the one that resumed it */
+			if (bpf_probe_read_user(&parent, sizeof(parent), (void *)(handler + CH_OCAML5_HANDLER_PARENT))) {
+				u->term = CH_TERM_READ_ERROR;
+				return 1;
+			}
+			return unwind5_enter(u, parent);
+		}
+		u->sp += u->ff;
+	}
+	if (bpf_probe_read_user(&u->pc, sizeof(u->pc), (void *)(u->sp - 8))) {
+		u->term = CH_TERM_READ_ERROR;
+		return 1;
+	}
+	return 0;
+}
+
+/* Walk the OCaml 5 stacks of the domain whose state is at `dom` (runtime
+ * address): its current fiber from the sp that caml_c_call / caml_call_gc
+ * saved in current_stack->sp, then each parent fiber up to the main stack.
+ * Same output as unwind_ocaml4. */
+static __always_inline void unwind_ocaml5(struct ch_sample_event *ev, __u64 dom, __u64 bias, __u64 ff)
+{
+	struct ocaml_walk u = {
+		.ev = ev,
+		.bias = bias,
+		.hash = 0xcbf29ce484222325ULL,
+		.term = CH_TERM_DEPTH,
+		.ff = ff,
+	};
+	__u64 stack = 0;
+	__u32 depth = max_frames;
+
+	if (bpf_probe_read_user(&stack, sizeof(stack), (void *)(dom + CH_OCAML5_CURRENT_STACK)) || !stack) {
+		u.term = CH_TERM_READ_ERROR;
+	} else if (!unwind5_enter(&u, stack)) {
+		if (depth > CH_MAX_FRAMES)
+			depth = CH_MAX_FRAMES;
+		if (depth)
+			bpf_loop(depth, unwind5_step, &u, 0);
 	}
 	ev->nframes = u.nframes;
 	ev->term = u.term;

@@ -123,7 +123,9 @@ struct ch_proc {
 	__u8 minor_on;              /* sample the minor heap (an executor can write young_limit) */
 	__u8 minor_observe;         /* take minor samples from the program's own Gc.Memprof, read-only */
 	__u8 census_on;             /* follow sampled blocks (young/major sets, collection hooks) */
-	__u8 pad[4];
+	__u8 ocaml5;                /* an OCaml 5 runtime: per-domain state, fibers (the 4.x fields unused) */
+	__u8 first_frame;           /* OCaml 5: First_frame(sp) - sp, 8 (16 with frame pointers), runtime/caml/stack.h */
+	__u8 pad[2];
 	/* Census: sample ids, and the fill of the tracking arrays (entries
 	 * 0..young_n-1 of young_tracked, 0..major_n-1 of major_tracked).  Owned
 	 * by BPF; 4.x runs the runtime under one lock, so plain updates. */
@@ -132,6 +134,26 @@ struct ch_proc {
 	__u32 major_n;
 	__u32 pending_n;            /* major_tracked entries with unsent fate events (ring was full) */
 	__u32 clean_phases;         /* major clean phases seen since attach (numbers the major cycles) */
+	/* OCaml 5 (ocaml-runtime.md §3.4-3.5): where a thread finds its
+	 * domain state, the domain id's offset in it, and the exported GC
+	 * counters (link-time vaddrs). */
+	__s64 tls_state_off;        /* &caml_state (a TLS pointer) - the thread pointer (%fs base), bytes */
+	__u64 minor_count_sym;      /* `atomic_uintnat caml_minor_collections_count` (minor_gc.c) */
+	__u64 major_count_sym;      /* `atomic_uintnat caml_major_cycles_completed` (major_gc.c) */
+	__u64 compact_count_sym;    /* `atomic_uintnat caml_compactions_count` (shared_heap.c), 0 if absent (5.1) */
+	__u32 dom_id_off;           /* offsetof(caml_domain_state, id): 280 in 5.1, 288 in 5.3 */
+	__u32 pad5;
+};
+
+/* OCaml 5: per-domain sampler state, map `domains` (the countdown of
+ * Gc.Memprof's rand_binom runs per domain, as memprof.c's does in 5.3). */
+struct ch_domain_key {
+	__u64 dom_state;            /* runtime address of the caml_domain_state */
+	__u32 tgid;
+	__u32 pad;
+};
+struct ch_domain {
+	__s64 next_sample_words;    /* 0-based index of the next sampled word */
 };
 
 /* An entry of the tracking arrays `young_tracked` (blocks in the minor
@@ -243,6 +265,8 @@ struct ch_sample_event {
 	__u16 nallocs;              /* minor: allocations combined in the block (1 without Comballoc) */
 	__u8 in_minor_heap;         /* the block lies in the minor heap (census: followed to the next minor collection) */
 	__u8 pad;
+	__u32 domain;               /* OCaml 5: Caml_state->id of the allocating domain (0 = main); 4.x: 0 */
+	__u32 pad3;
 	__u64 frames[CH_MAX_FRAMES];
 };
 
@@ -268,6 +292,26 @@ struct ch_sample_event {
  * sp + 16 in the 0xFFFF callback frame (4.13.1 runtime/caml/stack.h:80-84,
  * amd64.S:484-488). */
 #define CH_OCAML4_CALLBACK_LINK 16
+
+/* OCaml 5.1 and 5.3 amd64 `caml_domain_state` offsets (bytes), checked
+ * with offsetof against each release's installed headers by
+ * tests/test_versions.py (runtime/caml/domain_state.tbl; 5.3 inserted
+ * allocated_words_direct, which moved `id` from 280 to 288). */
+#define CH_OCAML5_YOUNG_PTR 8
+#define CH_OCAML5_YOUNG_START 16
+#define CH_OCAML5_YOUNG_END 24
+#define CH_OCAML5_CURRENT_STACK 40
+#define CH_OCAML51_ID 280
+#define CH_OCAML53_ID 288
+/* struct stack_info {sp@0, exception_ptr@8, handler@16, ...} and
+ * struct stack_handler {handle_value, handle_exn, handle_effect, parent@24}
+ * (5.1/5.3 runtime/caml/fiber.h); a 0xFFFF frame is followed by the
+ * Stack_header_size (32) bytes of caml_runstack's or caml_start_program's
+ * header (runtime/caml/stack.h). */
+#define CH_OCAML5_STACK_SP 0
+#define CH_OCAML5_STACK_HANDLER 16
+#define CH_OCAML5_HANDLER_PARENT 24
+#define CH_OCAML5_STACK_HEADER 32
 #define CH_FRAME_RETURN_TO_C 0xFFFF
 
 #endif

@@ -46,6 +46,8 @@ struct elf_image {
 
 	struct elf_segment *segs;
 	size_t nsegs;
+	bool has_tls; /* a PT_TLS segment: */
+	uint64_t tls_vaddr, tls_memsz, tls_align;
 
 	/* One entry per distinct name (.symtab first), for lookups by name. */
 	struct elf_symbol *syms;
@@ -97,6 +99,12 @@ static int elf_image_load_segments(struct elf_image *img)
 	for (size_t i = 0; i < phnum; i++) {
 		GElf_Phdr ph;
 
+		if (gelf_getphdr(img->elf, i, &ph) && ph.p_type == PT_TLS) {
+			img->tls_vaddr = ph.p_vaddr;
+			img->tls_memsz = ph.p_memsz;
+			img->tls_align = ph.p_align ? ph.p_align : 1;
+			img->has_tls = true;
+		}
 		if (!gelf_getphdr(img->elf, i, &ph) || ph.p_type != PT_LOAD)
 			continue;
 		/* A segment claiming bytes past the end of the file would make
@@ -746,4 +754,22 @@ int elf_image_build_id(const struct elf_image *img, char *buf, size_t buflen)
 		}
 	}
 	return -ENOENT;
+}
+
+int elf_image_tls_offset(const struct elf_image *img, const char *name, int64_t *off)
+{
+	const struct elf_symbol *sym = elf_image_symbol(img, name);
+	uint64_t align, firstbyte, blocksize;
+
+	if (!img->has_tls || !sym || sym->type != STT_TLS)
+		return -ENOENT;
+	align = img->tls_align;
+	if (align & (align - 1))
+		return -ENOENT;
+	/* glibc elf/dl-tls.c _dl_determine_tlsoffset, TLS_TCB_AT_TP: the
+	 * first module's block ends at the thread pointer, aligned */
+	firstbyte = (0 - img->tls_vaddr) & (align - 1);
+	blocksize = (img->tls_memsz - firstbyte + align - 1) / align * align + firstbyte;
+	*off = -(int64_t)blocksize + (int64_t)sym->vaddr;
+	return 0;
 }

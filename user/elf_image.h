@@ -93,4 +93,13 @@ int elf_image_build_id(const struct elf_image *img, char *buf, size_t buflen);
  * symbols): strings elsewhere are never trusted. */
 int elf_image_find_ocaml_version(const struct elf_image *img, char *buf, size_t buflen);
 
+/* Where the thread-local variable `name` (an STT_TLS symbol of this
+ * executable, e.g. OCaml 5's `caml_state`) lives relative to a thread's
+ * thread pointer (%fs base on x86-64): *off bytes, negative.  Static TLS of
+ * the main executable, x86-64 variant II (TLS block just below the thread
+ * pointer; "ELF Handling For Thread-Local Storage", Drepper, §3.4.6; glibc
+ * elf/dl-tls.c _dl_determine_tlsoffset).  Returns 0, or -ENOENT (no PT_TLS
+ * segment, or no such TLS symbol). */
+int elf_image_tls_offset(const struct elf_image *img, const char *name, int64_t *off);
+
 #endif

@@ -7,6 +7,7 @@
  * 186-281 (emit_frametable).  See frametable.h for the layout.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -183,6 +184,13 @@ int frametable_load(const struct elf_image *img, struct frametable **out)
 	if (!ft)
 		return -ENOMEM;
 	ft->img = img;
+	{
+		char v[32];
+		int major, minor;
+
+		ft->dbg52 = elf_image_find_ocaml_version(img, v, sizeof(v)) == 0 && sscanf(v, "%d.%d", &major, &minor) == 2 &&
+			    (major > 5 || (major == 5 && minor >= 2));
+	}
 
 	/* caml_frametable is a NULL-terminated array of table pointers, built
 	 * by the linker's startup file (asmcomp/asmlink.ml make_startup_file). */
@@ -324,14 +332,46 @@ int frametable_locations(const struct frametable *ft, const struct frame_descr *
 		file = frametable_cstr(img, rec + (int64_t)file_ofs);
 		if (!name || !file)
 			return -EINVAL;
-		locs[n++] = (struct ocaml_location){
-			.name = name,
-			.file = file,
-			.line = info2 >> 12,
-			.start_chr = (info2 >> 4) & 0xFF,
-			.end_chr = ((info2 & 0xF) << 6) | (info1 >> 26),
-			.is_raise = (info1 >> 1) & 1,
-		};
+		if (!ft->dbg52) {
+			locs[n++] = (struct ocaml_location){
+				.name = name,
+				.file = file,
+				.line = info2 >> 12,
+				.start_chr = (info2 >> 4) & 0xFF,
+				.end_chr = ((info2 & 0xF) << 6) | (info1 >> 26),
+				.is_raise = (info1 >> 1) & 1,
+			};
+		} else if (info2 & 0x80000000u) {
+			/* partially packed: struct name_and_loc_info {i32
+			 * filename_offs; u16 start_chr, end_chr; i32 end_offset;
+			 * char name[]} */
+			uint16_t chr[2];
+
+			if (elf_image_read(img, rec + 4, chr, sizeof(chr)))
+				return -EINVAL;
+			name = frametable_cstr(img, rec + 12);
+			if (!name)
+				return -EINVAL;
+			locs[n++] = (struct ocaml_location){
+				.name = name,
+				.file = file,
+				.line = (info2 >> 12) & 0x7FFFF,
+				.start_chr = chr[0],
+				.end_chr = chr[1],
+				.is_raise = (info1 >> 1) & 1,
+			};
+		} else {
+			/* fully packed: line 12 bits, end-line delta 3, start
+			 * char 6, end char 7 (relative to the end line) */
+			locs[n++] = (struct ocaml_location){
+				.name = name,
+				.file = file,
+				.line = info2 >> 19,
+				.start_chr = (info2 >> 10) & 0x3F,
+				.end_chr = (info2 >> 3) & 0x7F,
+				.is_raise = (info1 >> 1) & 1,
+			};
+		}
 		/* Bit 0: the next (outer) location of an inline chain follows. */
 		if (!(info1 & 1))
 			break;

@@ -21,6 +21,7 @@
 #ifndef CH_FRAMETABLE_H
 #define CH_FRAMETABLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,12 @@ struct frametable {
 	size_t num_with_allocs;     /* frame_size & 2: allocation points, and poll points (num_allocs 0) */
 	size_t num_with_debuginfo;
 	const struct elf_image *img; /* borrowed; must outlive the table */
+	/* Debuginfo words in OCaml 5.2+'s encoding (fully or partially
+	 * packed, 5.3 runtime/backtrace_nat.c caml_debuginfo_location);
+	 * otherwise 4.x-5.1's (4.13.1 backtrace_nat.c:242-281).  Set by
+	 * frametable_load from the executable's Sys.ocaml_version; a plugin's
+	 * table (frametable_load_units) takes its host's: set it by hand. */
+	bool dbg52;
 };
 
 /* One source location of a frame; an inline chain is several of these. */

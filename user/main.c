@@ -39,7 +39,8 @@ static const char record_doc[] =
 	"ptrace stop of the allocating thread), direct major-heap, custom (out-of-heap) and unmarshalled ones "
 	"through read-only probes. The report's first line names the executor that ran.";
 
-enum { OPT_MAX_DEPTH = 0x100, OPT_EXECUTOR, OPT_KEEP_AWAKE, OPT_LIVE, OPT_VALUE, OPT_NO_CENSUS, OPT_MAX_TRACKED, OPT_WAIT_MAJOR };
+enum { OPT_MAX_DEPTH = 0x100, OPT_EXECUTOR, OPT_KEEP_AWAKE, OPT_LIVE, OPT_VALUE, OPT_NO_CENSUS, OPT_MAX_TRACKED, OPT_WAIT_MAJOR,
+       OPT_BY_DOMAIN };
 
 static const struct argp_option record_options[] = {
 	{ "pid", 'p', "PID", 0, "Attach to this running process", 0 },
@@ -77,6 +78,10 @@ static const struct argp_option record_options[] = {
 	  "alive at the end) or peak (each site's peak live bytes)",
 	  0 },
 	{ "no-census", OPT_NO_CENSUS, NULL, 0, "Do not follow sampled blocks to their death (no live figures)", 0 },
+	{ "by-domain", OPT_BY_DOMAIN, NULL, 0,
+	  "OCaml 5: split every site by the domain that allocated (text, json, collapsed and svg roots, a pprof "
+	  "label); a recording keeps the domain of every sample either way",
+	  0 },
 	{ "max-tracked", OPT_MAX_TRACKED, "N", 0,
 	  "Sampled blocks followed in the major heap at once (default 262144; 48 bytes of kernel memory "
 	  "each, allocated up front); beyond it blocks are counted live and no longer followed",
@@ -241,6 +246,9 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 	case OPT_NO_CENSUS:
 		o->no_census = true;
 		break;
+	case OPT_BY_DOMAIN:
+		o->by_domain = true;
+		break;
 	case OPT_MAX_TRACKED:
 		if (parse_long(arg, &v) || v < 1 || v > (1L << 24))
 			argp_error(state, "invalid --max-tracked '%s' (1..16777216 blocks)", arg);
@@ -392,7 +400,7 @@ static const char report_doc[] =
 	"(function or file) containing one of the strings, --ignore drops them (case-sensitive). --min-samples hides "
 	"the sites with fewer samples; the header's totals still count them.";
 
-enum { OPT_FROM = 0x200, OPT_TO, OPT_FOCUS, OPT_IGNORE, OPT_MIN_SAMPLES };
+enum { OPT_FROM = 0x200, OPT_TO, OPT_FOCUS, OPT_IGNORE, OPT_MIN_SAMPLES, OPT_BY_DOMAIN_R };
 
 static const struct argp_option report_options[] = {
 	{ "format", 'f', "FORMAT", 0, "text (default), collapsed, pprof, json or svg", 0 },
@@ -407,6 +415,7 @@ static const struct argp_option report_options[] = {
 	{ "focus", OPT_FOCUS, "STR", 0, "Keep allocations with a frame whose function or file contains STR (repeatable)", 0 },
 	{ "ignore", OPT_IGNORE, "STR", 0, "Drop allocations with a frame whose function or file contains STR (repeatable)", 0 },
 	{ "min-samples", OPT_MIN_SAMPLES, "N", 0, "Hide sites with fewer than N samples", 0 },
+	{ "by-domain", OPT_BY_DOMAIN_R, NULL, 0, "OCaml 5: split every site by the domain that allocated", 0 },
 	{ 0 }
 };
 
@@ -416,6 +425,7 @@ struct report_cmd {
 	int value, top;
 	double from, to;
 	long min_samples;
+	bool by_domain;
 	GPtrArray *focus, *ignore;
 };
 
@@ -460,6 +470,9 @@ static error_t report_parse(int key, char *arg, struct argp_state *state)
 			argp_error(state, "invalid --min-samples '%s' (>= 1)", arg);
 		o->min_samples = v;
 		break;
+	case OPT_BY_DOMAIN_R:
+		o->by_domain = true;
+		break;
 	case ARGP_KEY_ARG:
 		if (o->input)
 			argp_error(state, "report takes one recording");
@@ -503,6 +516,7 @@ static int report_command(int argc, char **argv)
 		.to_s = o.to,
 		.focus = o.focus->len > 1 ? (const char *const *)o.focus->pdata : NULL,
 		.ignore = o.ignore->len > 1 ? (const char *const *)o.ignore->pdata : NULL,
+		.by_domain = o.by_domain,
 	};
 	ret = recording_load(o.input, &f, &rl, err, sizeof(err));
 	if (ret < 0) {

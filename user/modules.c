@@ -177,6 +177,7 @@ int modules_scan(struct modules *ms, pid_t pid, void (*fn)(void *ctx, const stru
 		}
 		if (frametable_load_units(img, &ft) < 0 || elf_image_first_load(img, &off, &vaddr) < 0 || off != 0)
 			goto not_ocaml;
+		ft->dbg52 = ms->dbg52;
 		mod = push_module(ms);
 		if (!mod)
 			goto not_ocaml;

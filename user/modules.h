@@ -36,6 +36,7 @@ struct modules {
 	struct module_range *ranges; /* every mapping of every module, sorted by start */
 	size_t nranges;
 	unsigned unreadable;         /* files the last scan could not open (no fds / memory) */
+	bool dbg52;                  /* plugins' debuginfo in OCaml 5.2+'s encoding (their host's runtime) */
 	/* A recording read back (recording.h): frames come from its location
 	 * records instead of mapped files; modules_lookup calls this. */
 	int (*recorded_lookup)(void *ctx, uint64_t pc, unsigned alloc_idx, struct sym_frame *out, int max);

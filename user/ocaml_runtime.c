@@ -1,6 +1,8 @@
 /* ocaml_runtime.c -- see ocaml_runtime.h. */
 #include "ocaml_runtime.h"
 
+#include "camlheap.h"
+
 #include <elf.h>
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +22,12 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_MINOR_UPDATE] = "caml_memprof_minor_update",
 	[OCAML_PROBE_CLEAN_PHASE] = "caml_memprof_update_clean_phase",
 	[OCAML_PROBE_COMPACTION] = "caml_memprof_invert_tracked",
+	[OCAML_PROBE_SAMPLE_BLOCK] = "caml_memprof_sample_block",
+	[OCAML_PROBE_ALLOC_SHR_RET] = "caml_alloc_shr",
+	[OCAML_PROBE_ALLOC_SHR_RESERVED_RET] = "caml_alloc_shr_reserved",
+	[OCAML_PROBE_ALLOC_SHR_NOEXC_RET] = "caml_alloc_shr_noexc",
+	[OCAML_PROBE_CUSTOM_MEM] = "caml_alloc_custom_mem",
+	[OCAML_PROBE_CUSTOM_MEM_RET] = "caml_alloc_custom_mem",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
@@ -190,6 +198,14 @@ unsigned ocaml_runtime_skippable_insn(const uint8_t *c, size_t len)
 			return 3;
 		return 0;
 	}
+	/* mov rel32(%rip), r64 (REX.W 8b /r, mod 0, rm 5): a load into a
+	 * register that is not an argument (5.3 caml_memprof_sample_block
+	 * starts by loading caml_state's TLS offset from the GOT). */
+	if (len >= 7 && (c[0] & 0xfb) == 0x48 && c[1] == 0x8b && (c[2] & 0xc7) == 0x05) {
+		if (!writes_arg_register((c[2] >> 3) & 7, c[0] & 4))
+			return 7;
+		return 0;
+	}
 	/* pxor xmm, xmm (66 0f ef /r, mod 3): touches no integer register. */
 	if (len >= 4 && c[0] == 0x66 && c[1] == 0x0f && c[2] == 0xef && (c[3] >> 6) == 3)
 		return 4;
@@ -310,6 +326,84 @@ static bool has_symbol(const struct elf_image *img, const char *name)
 	return elf_image_symbol(img, name) != NULL;
 }
 
+/* A uretprobe: on the function's entry, whatever the instruction. */
+static int plan_retprobe(const struct elf_image *img, const char *name, struct ocaml_probe_point *pp)
+{
+	const struct elf_symbol *sym = elf_image_symbol(img, name);
+
+	if (!sym || !sym->vaddr)
+		return -ENOENT;
+	pp->symbol = name;
+	pp->vaddr = sym->vaddr;
+	pp->skipped = 0;
+	pp->emulated = false;
+	pp->retprobe = true;
+	if (elf_image_vaddr_to_offset(img, pp->vaddr, &pp->file_offset) < 0)
+		return -ERANGE;
+	pp->present = true;
+	return 0;
+}
+
+/* OCaml 5.1 and 5.3 (ocaml-runtime.md §1.3-1.5, §3.4-3.5, §7.1). */
+static enum ocaml_detect_result detect5(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
+					char *msg, size_t msglen)
+{
+	const struct elf_symbol *minor = elf_image_symbol(img, "caml_minor_collections_count");
+	const struct elf_symbol *major = elf_image_symbol(img, "caml_major_cycles_completed");
+	const struct elf_symbol *compact = elf_image_symbol(img, "caml_compactions_count");
+	const struct elf_symbol *ccall = elf_image_symbol(img, "caml_c_call");
+	const uint8_t *code = ccall ? elf_image_data(img, ccall->vaddr, 4) : NULL;
+	char missing[256] = "";
+
+	if (elf_image_tls_offset(img, "caml_state", &rt->tls_state_off) < 0)
+		strcat(missing, " caml_state(TLS)");
+	if (!minor)
+		strcat(missing, " caml_minor_collections_count");
+	if (!major)
+		strcat(missing, " caml_major_cycles_completed");
+	if (!code)
+		strcat(missing, " caml_c_call");
+	rt->minor_count_sym = minor ? minor->vaddr : 0;
+	rt->major_count_sym = major ? major->vaddr : 0;
+	rt->compact_count_sym = compact ? compact->vaddr : 0;
+	rt->dom_id_off = rt->minor == 1 ? CH_OCAML51_ID : CH_OCAML53_ID;
+	/* ENTER_FUNCTION (5.x runtime/amd64.S:94-97): push %rbp; mov %rsp,%rbp */
+	rt->frame_pointers = code && code[0] == 0x55 && code[1] == 0x48 && code[2] == 0x89 && code[3] == 0xe5;
+	if (rt->minor == 3) {
+		if (plan_probe(img, probe_symbols[OCAML_PROBE_SAMPLE_BLOCK], &rt->probes[OCAML_PROBE_SAMPLE_BLOCK]) == 0)
+			rt->probes[OCAML_PROBE_SAMPLE_BLOCK].present = true;
+		else
+			strcat(missing, " caml_memprof_sample_block");
+	} else {
+		for (int i = OCAML_PROBE_ALLOC_SHR_RET; i <= OCAML_PROBE_CUSTOM_MEM_RET; i++) {
+			int r = i == OCAML_PROBE_CUSTOM_MEM ? plan_probe(img, probe_symbols[i], &rt->probes[i])
+							    : plan_retprobe(img, probe_symbols[i], &rt->probes[i]);
+
+			if (r == 0) {
+				rt->probes[i].present = true;
+			} else if (i != OCAML_PROBE_CUSTOM_MEM_RET || !missing[0]) {
+				strncat(missing, " ", sizeof(missing) - strlen(missing) - 1);
+				strncat(missing, probe_symbols[i], sizeof(missing) - strlen(missing) - 1);
+			}
+		}
+		rt->unmarshal_why = "OCaml 5.1 calls no hook per unmarshalled block (it reserves them with "
+				    "caml_shared_try_alloc, which promotion also uses)";
+	}
+	if (missing[0]) {
+		snprintf(msg, msglen,
+			 "%s (OCaml %s) lacks runtime symbols camlheap needs:%s; the binary was probably "
+			 "stripped of .dynsym or linked without -E: rebuild it with the default ocamlopt flags",
+			 name, rt->version, missing);
+		return OCAML_MISSING_SYMBOLS;
+	}
+	snprintf(rt->minor_why, sizeof(rt->minor_why),
+		 "OCaml %d.%d: sampling the per-domain minor heaps from outside is not implemented yet",
+		 rt->major, rt->minor);
+	snprintf(rt->census_why, sizeof(rt->census_why),
+		 "OCaml %d.%d: following sampled blocks to their death is not implemented yet", rt->major, rt->minor);
+	return OCAML_OK;
+}
+
 enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
 					      char *msg, size_t msglen)
 {
@@ -343,10 +437,12 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 		rt->version[0] = '\0';
 	if (sscanf(rt->version, "%d.%d", &rt->major, &rt->minor) != 2)
 		rt->major = rt->minor = -1;
-	if (rt->major >= 0 && (rt->major != 4 || (rt->minor != 13 && rt->minor != 14))) {
+	if (rt->major >= 0 && !(rt->major == 4 && (rt->minor == 13 || rt->minor == 14)) &&
+	    !(rt->major == 5 && (rt->minor == 1 || rt->minor == 3))) {
 		snprintf(msg, msglen,
 			 "%s uses the OCaml %s runtime, which camlheap does not support yet "
-			 "(supported: 4.13, 4.14); rebuild with a supported compiler%s",
+			 "(supported: 4.13, 4.14, 5.1, 5.3: the runtime's internal layout changes between releases); "
+			 "rebuild with a supported compiler%s",
 			 name, rt->version,
 			 rt->major == 5 && rt->minor < 3 ? " (OCaml 5.0 to 5.2 have no Gc.Memprof to profile in-process either)"
 						       : ", or profile in-process with Gc.Memprof (e.g. memtrace)");
@@ -354,11 +450,14 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 	}
 
 	if (rt->major < 0 && has_symbol(img, "caml_domain_spawn")) {
-		snprintf(msg, msglen, "%s uses an OCaml 5 runtime, which camlheap does not support yet "
-				      "(supported: 4.13, 4.14)",
+		snprintf(msg, msglen, "%s uses an OCaml 5 runtime whose release is unknown (the program does not "
+				      "link Stdlib.Sys, where camlheap reads it): camlheap needs the exact 5.x release "
+				      "(supported: 5.1, 5.3)",
 			 name);
 		return OCAML_UNSUPPORTED_VERSION;
 	}
+	if (rt->major == 5)
+		return detect5(img, name, rt, msg, msglen);
 	cs = elf_image_symbol(img, "Caml_state");
 	if (!cs)
 		strcat(missing, " Caml_state");
@@ -367,8 +466,8 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
 		if (i == OCAML_PROBE_DISPATCH_RET || i == OCAML_PROBE_REARM_UPDATE || i == OCAML_PROBE_REARM_PENDING)
 			continue; /* planned by plan_minor */
-		if (i >= OCAML_PROBE_MINOR_UPDATE && i <= OCAML_PROBE_COMPACTION)
-			continue; /* below */
+		if (i >= OCAML_PROBE_MINOR_UPDATE)
+			continue; /* below; OCaml 5's in detect5 */
 		if (plan_probe(img, probe_symbols[i], &rt->probes[i]) == 0)
 			rt->probes[i].present = true;
 		else if (!probe_optional[i]) {

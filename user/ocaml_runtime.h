@@ -30,6 +30,14 @@ enum ocaml_probe {
 	OCAML_PROBE_MINOR_UPDATE,        /* caml_memprof_minor_update: end of a minor collection */
 	OCAML_PROBE_CLEAN_PHASE,         /* caml_memprof_update_clean_phase: a major cycle's marking is over */
 	OCAML_PROBE_COMPACTION,          /* caml_memprof_invert_tracked: a compaction is moving blocks */
+	/* OCaml 5 (ocaml-runtime.md §7.1): direct major, custom and
+	 * unmarshalled allocations. */
+	OCAML_PROBE_SAMPLE_BLOCK,        /* 5.3: caml_memprof_sample_block(block, allocated, sampled, source) */
+	OCAML_PROBE_ALLOC_SHR_RET,       /* 5.1: caml_alloc_shr return (uretprobe) */
+	OCAML_PROBE_ALLOC_SHR_RESERVED_RET, /* 5.1: caml_alloc_shr_reserved return */
+	OCAML_PROBE_ALLOC_SHR_NOEXC_RET, /* 5.1: caml_alloc_shr_noexc return */
+	OCAML_PROBE_CUSTOM_MEM,          /* 5.1: caml_alloc_custom_mem(ops, bsz, mem) entry */
+	OCAML_PROBE_CUSTOM_MEM_RET,      /* 5.1: its return (the block) */
 	OCAML_PROBE__COUNT
 };
 
@@ -53,6 +61,12 @@ struct ocaml_runtime {
 				       * (finalisers ready to run), 0 if not found */
 	uint64_t memprof_lambda_sym;  /* link-time vaddr of memprof.c's `static double lambda`, 0 if
 				       * unknown (.symtab stripped): Gc.Memprof's rate, 0 when stopped */
+	/* OCaml 5 only (ocaml-runtime.md §3.4-3.5) */
+	int64_t tls_state_off;   /* TLS `caml_state` relative to the thread pointer, bytes */
+	uint64_t minor_count_sym, major_count_sym, compact_count_sym; /* exported GC counters (0: absent) */
+	uint32_t dom_id_off;     /* offsetof(caml_domain_state, id) */
+	bool frame_pointers;     /* runtime built with --enable-frame-pointers (caml_c_call starts push %rbp; mov %rsp,%rbp) */
+	const char *unmarshal_why; /* unmarshalled blocks are not sampled: why (NULL if they are) */
 	bool minor_ok;           /* every minor-heap probe and symbol was found */
 	bool census_ok;          /* the three collection probes were found */
 	char census_why[256];    /* if not, why */
@@ -71,14 +85,16 @@ enum ocaml_detect_result {
 /* Inspect `img`, called `name` in messages (the executable's real path).
  * On OCAML_OK fills *rt.  Otherwise writes a one-line explanation (what is
  * wrong, what to do; without the PID, which the caller prefixes) into msg.
- * Supported: OCaml 4.13.x and 4.14.x on x86-64. */
+ * Supported: OCaml 4.13.x, 4.14.x, 5.1.x and 5.3.x on x86-64 (5.x: the
+ * domain-state layout of those releases, ocaml-runtime.md §3.4). */
 enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
 					      char *msg, size_t msglen);
 
 /* Length of the x86-64 instruction at `code` if it is one of the prologue
  * forms camlheap knows how to step over without the argument registers
- * rdi/rsi/rdx/rcx changing (reg-reg mov into another register, pxor, sub/add
- * imm to rsp, endbr64); 0 otherwise.  Exposed for the unit tests. */
+ * rdi/rsi/rdx/rcx changing (reg-reg mov into another register, a
+ * rip-relative load into another register, pxor, sub/add imm to rsp,
+ * endbr64); 0 otherwise.  Exposed for the unit tests. */
 unsigned ocaml_runtime_skippable_insn(const uint8_t *code, size_t len);
 
 /* Find the re-arm point inside `code` (the bytes of a function at link-time

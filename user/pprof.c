@@ -307,13 +307,14 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		const struct profile_site *s = sites[i];
 		Perftools__Profiles__Sample *smp = own(&b, calloc(1, sizeof(*smp)));
 		Perftools__Profiles__Label *kind = own(&b, calloc(1, sizeof(*kind)));
-		Perftools__Profiles__Label **labels = own(&b, calloc(1, sizeof(*labels)));
+		Perftools__Profiles__Label *dom = own(&b, calloc(1, sizeof(*dom)));
+		Perftools__Profiles__Label **labels = own(&b, calloc(2, sizeof(*labels)));
 		int64_t *v = own(&b, calloc(4, sizeof(*v)));
 		uint32_t nf = s->stack ? s->stack->nframes : 0;
 		bool cut = s->stack && s->stack->term != CH_TERM_CLEAN;
 		uint64_t *ids = own(&b, calloc(nf + 1, sizeof(*ids)));
 
-		if (!smp || !kind || !labels || !v || !ids) {
+		if (!smp || !kind || !dom || !labels || !v || !ids) {
 			ret = -ENOMEM;
 			goto out;
 		}
@@ -341,6 +342,12 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		labels[0] = kind;
 		smp->label = labels;
 		smp->n_label = 1;
+		if (p->by_domain) { /* a numeric label: pprof -tagfocus domain=2 */
+			perftools__profiles__label__init(dom);
+			dom->key = str_ix(&b, "domain");
+			dom->num = s->domain;
+			labels[smp->n_label++] = dom;
+		}
 		samples[prof.n_sample++] = smp;
 	}
 	prof.sample = samples;

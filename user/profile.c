@@ -19,6 +19,7 @@ struct site_key {
 	uint64_t stack_id;
 	uint8_t kind;
 	uint8_t alloc_idx;
+	uint32_t domain;      /* with by_domain; else 0 */
 };
 
 static guint site_key_hash(gconstpointer k)
@@ -26,14 +27,14 @@ static guint site_key_hash(gconstpointer k)
 	const struct site_key *s = k;
 
 	return (guint)(s->stack_id ^ (s->stack_id >> 32) ^ ((uint64_t)s->kind * 0x9e3779b9u) ^
-		       ((uint64_t)s->alloc_idx * 0x85ebca6bu));
+		       ((uint64_t)s->alloc_idx * 0x85ebca6bu) ^ ((uint64_t)s->domain * 0xc2b2ae35u));
 }
 
 static gboolean site_key_equal(gconstpointer a, gconstpointer b)
 {
 	const struct site_key *x = a, *y = b;
 
-	return x->stack_id == y->stack_id && x->kind == y->kind && x->alloc_idx == y->alloc_idx;
+	return x->stack_id == y->stack_id && x->kind == y->kind && x->alloc_idx == y->alloc_idx && x->domain == y->domain;
 }
 
 static void stack_free(gpointer v)
@@ -63,6 +64,7 @@ struct profile *profile_new(double rate)
 	p->stacks = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL, stack_free);
 	p->sites = g_hash_table_new_full(site_key_hash, site_key_equal, free, site_free);
 	p->blocks = g_hash_table_new_full(g_int64_hash, g_int64_equal, free, free);
+	p->domain_samples = g_hash_table_new(g_direct_hash, g_direct_equal);
 	p->interval_births = g_array_new(FALSE, TRUE, sizeof(uint64_t));
 	return p;
 }
@@ -74,6 +76,7 @@ void profile_free(struct profile *p)
 	g_hash_table_destroy(p->blocks);
 	g_array_free(p->interval_births, TRUE);
 	g_hash_table_destroy(p->sites);
+	g_hash_table_destroy(p->domain_samples);
 	g_hash_table_destroy(p->stacks);
 	free(p);
 }
@@ -103,8 +106,10 @@ static void profile_add_stack(struct profile *p, const struct ch_sample_event *e
 
 int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_t size)
 {
-	struct site_key key = { .stack_id = ev->stack_id, .kind = ev->kind, .alloc_idx = ev->alloc_idx };
+	struct site_key key = { .stack_id = ev->stack_id, .kind = ev->kind, .alloc_idx = ev->alloc_idx,
+				.domain = p->by_domain ? ev->domain : 0 };
 	struct profile_site *site;
+	gpointer dsamples;
 
 	if (size < CH_EVENT_HEADER_BYTES || ev->kind >= CH_KIND__COUNT || ev->term >= CH_TERM__COUNT ||
 	    ev->nframes > CH_MAX_FRAMES)
@@ -130,6 +135,7 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 		site->alloc_idx = ev->alloc_idx;
 		site->nallocs = ev->nallocs;
 		site->stack_id = ev->stack_id;
+		site->domain = key.domain;
 		site->seq = g_hash_table_size(p->sites);
 		g_hash_table_insert(p->sites, k, site);
 	}
@@ -138,6 +144,9 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 	if (!site->stack)
 		p->events_without_stack++;
 	site->samples += ev->nsamples;
+	dsamples = g_hash_table_lookup(p->domain_samples, GUINT_TO_POINTER(ev->domain));
+	g_hash_table_insert(p->domain_samples, GUINT_TO_POINTER(ev->domain),
+			    GSIZE_TO_POINTER(GPOINTER_TO_SIZE(dsamples) + ev->nsamples));
 	site->events++;
 	site->sampled_block_words += ev->size_words;
 	site->est_objects += profile_object_weight(p, ev->size_words);

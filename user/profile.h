@@ -24,6 +24,7 @@ struct profile_site {
 	uint8_t alloc_idx;     /* minor: the allocation of a combined (Comballoc) block, else 0 */
 	uint32_t nallocs;      /* minor: allocations combined at that point, else 1 */
 	uint64_t stack_id;
+	uint32_t domain;       /* the allocating domain (OCaml 5 Domain.self), with profile.by_domain; else 0 */
 	uint32_t seq;          /* sites created before this one (ties in sorting follow it) */
 	bool hidden;           /* left out of the site lists (report --min-samples); totals count it */
 	const struct profile_stack *stack; /* NULL if its frames never arrived */
@@ -80,7 +81,9 @@ struct profile {
 	uint64_t first_ns, last_ns;
 	uint64_t zero_ns;      /* the recording's time zero (end of attach), events' clock; 0: first_ns */
 	void *stacks;          /* GHashTable id -> struct profile_stack */
-	void *sites;           /* GHashTable (kind, id) -> struct profile_site */
+	void *sites;           /* GHashTable (kind, id[, domain]) -> struct profile_site */
+	bool by_domain;        /* sites are split by allocating domain (--by-domain); set before adding events */
+	void *domain_samples;  /* GHashTable domain id (GUINT_TO_POINTER) -> samples (GSIZE_TO_POINTER) */
 	/* Census */
 	void *blocks;          /* GHashTable sample id -> struct profile_block (live ones) */
 	uint64_t live_samples, peak_live_samples;

@@ -229,6 +229,7 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 		snprintf(msg, len, "PID %d: cannot parse the frame tables of %s (%s)", t->pid, t->exe, strerror(-ret));
 		return ret;
 	}
+	t->mods.dbg52 = t->ft->dbg52;
 	ret = proc_load_bias(t->pid, t->img, &t->bias);
 	if (ret == 0)
 		ret = modules_add_exe(&t->mods, t->pid, t->img, t->ft, t->bias);
@@ -499,6 +500,7 @@ int record_run(const struct record_opts *o)
 	}
 	struct sampler *smp = NULL;
 	struct ptexec *px = NULL;
+	bool px_untraced = false; /* px only holds the launched command until the attach */
 	enum ch_executor ex = CH_EXEC_OBSERVE;
 	struct profile *prof = NULL;
 	double memprof_rate;
@@ -565,10 +567,9 @@ int record_run(const struct record_opts *o)
 			t.pid, memprof_rate, cfg.rate != o->rate ? " (--rate is not used)" : "");
 	} else if (!t.rt.minor_ok) {
 		meta.minor_off_why = t.rt.minor_why;
-		if (px) { /* nothing to write: let the command go untraced */
-			ptexec_free(px);
-			px = NULL;
-		}
+		/* nothing to write: the command goes untraced, but only once
+		 * the probes are in (ptexec_free detaches and lets it run) */
+		px_untraced = px != NULL;
 		ex = CH_EXEC_OBSERVE;
 	} else if (ex == CH_EXEC_OBSERVE) {
 		meta.minor_off_why = "--executor observe: camlheap never writes to the target";
@@ -597,6 +598,8 @@ int record_run(const struct record_opts *o)
 	meta.executor = executor_names[ex];
 
 	prof = profile_new(cfg.rate);
+	if (prof)
+		prof->by_domain = o->by_domain;
 	intake.prof = prof;
 	intake.mods = &t.mods;
 	if (!prof) {
@@ -648,7 +651,10 @@ int record_run(const struct record_opts *o)
 
 		modules_lookup(&t.mods, t.mods.ranges ? t.mods.ranges[0].start : 0, 0, fr, 4);
 	}
-	if (px)
+	if (px && px_untraced) {
+		ptexec_free(px);
+		px = NULL;
+	} else if (px)
 		ptexec_run(px, sampler_write_req_fd(smp), o->keep_cpus_awake);
 	else if (t.launched && proc_launch_release(t.pid) < 0) {
 		snprintf(msg, sizeof(msg), "cannot let PID %d run (ptrace detach: %s)", t.pid, strerror(errno));
@@ -745,8 +751,10 @@ int record_run(const struct record_opts *o)
 	meta.pid = t.pid;
 	meta.exe = t.exe;
 	meta.ocaml_version = t.rt.version;
+	meta.unmarshal_off_why = t.rt.unmarshal_why;
 	meta.command = command;
-	meta.sampler_mode = meta.minor_off_why     ? "major+custom+unmarshal through read-only uprobes"
+	meta.sampler_mode = meta.minor_off_why && meta.unmarshal_off_why ? "major+custom through read-only uprobes"
+			    : meta.minor_off_why     ? "major+custom+unmarshal through read-only uprobes"
 			    : cfg.minor_from_memprof ? "minor from Gc.Memprof's own sample points, "
 						       "major+custom+unmarshal, all through read-only uprobes"
 						     : "minor through young_limit traps; major+custom+unmarshal through "

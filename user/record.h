@@ -36,6 +36,7 @@ struct record_opts {
 	bool format_given;         /* --format was given (else -o FILE writes the recording) */
 	bool top_given;            /* --top was given */
 	bool no_census;            /* --no-census: do not follow sampled blocks */
+	bool by_domain;            /* --by-domain: sites split by allocating domain (OCaml 5) */
 	uint32_t max_tracked;      /* --max-tracked: sampled blocks followed in the major heap at once */
 	bool census;               /* `camlheap census`: write the census report */
 	int wait_major;            /* census: stop once this many full major cycles ended after attach (0: no) */

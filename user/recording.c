@@ -36,7 +36,7 @@ enum ann_type {
 	ANN_CLEAN = 3,  /* a clean-phase note: its number (0..31), blocks in the major set (32..55) */
 	ANN_FATE = 4,   /* a fate memtrace has no event for: CH_FATE_* (48..55), object id (0..47) */
 	ANN_ALLOC = 5,  /* the next allocations: kind (0..1), in the minor heap (2), followed (3),
-			 * Comballoc index (8..15), allocations combined (16..31) */
+			 * Comballoc index (8..15), allocations combined (16..31), domain (32..47) */
 };
 
 static uint64_t u24(uint64_t v) { return v > 0xffffff ? 0xffffff : v; }
@@ -207,7 +207,7 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 	size_t n = 0, need;
 	uint64_t flags = (uint64_t)(ev->kind & 3) | (uint64_t)(ev->in_minor_heap ? 1 : 0) << 2 |
 			 (uint64_t)(ev->sample_id ? 1 : 0) << 3 | (uint64_t)ev->alloc_idx << 8 |
-			 (uint64_t)ev->nallocs << 16;
+			 (uint64_t)ev->nallocs << 16 | (uint64_t)(ev->domain & 0xffff) << 32;
 
 	if (t < rc->start_us)
 		t = rc->start_us;
@@ -331,6 +331,7 @@ static const struct {
 	F("executor", M_STR, executor),
 	F("minor_off_why", M_STR, minor_off_why),
 	F("minor_source", M_STR, minor_source),
+	F("unmarshal_off_why", M_STR, unmarshal_off_why),
 	F("end_reason", M_STR, end_reason),
 	F("census_off_why", M_STR, census_off_why),
 	F("census", M_BOOL, census_on),
@@ -717,6 +718,7 @@ static void load_alloc(struct load_state *s, const struct mt_event *e)
 		ev->sample_id = (s->flags >> 3) & 1 ? e->id + 1 : 0;
 		ev->alloc_idx = (uint8_t)(s->flags >> 8);
 		ev->nallocs = (uint16_t)(s->flags >> 16);
+		ev->domain = (uint32_t)(s->flags >> 32) & 0xffff;
 	} else {
 		ev->in_minor_heap = e->source == MT_SRC_MINOR;
 		ev->sample_id = e->id + 1;
@@ -813,6 +815,8 @@ int recording_load(const char *path, const struct recording_filter *f, struct re
 	}
 	const struct mt_info *info = mt_reader_info(lp->r);
 	out->prof = profile_new(info->sample_rate);
+	if (out->prof && f)
+		out->prof->by_domain = f->by_domain;
 	s.ev = malloc(sizeof(*s.ev));
 	if (!out->prof || !s.ev) {
 		free(s.ev);

@@ -67,6 +67,7 @@ struct recording_filter {
 	double from_s, to_s;      /* window in seconds from the trace start; to_s < 0: to the end */
 	const char *const *focus; /* keep allocations with a frame whose function or file contains one (NULL-terminated), or NULL */
 	const char *const *ignore;/* drop allocations with such a frame, or NULL */
+	bool by_domain;           /* split sites by allocating domain (profile.by_domain) */
 };
 
 /* A recording read back. */

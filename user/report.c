@@ -163,6 +163,7 @@ static guint frame_id(struct frame_ids *fi, struct modules *mods, uint64_t pc, u
 struct group_key {
 	uint8_t kind;
 	uint8_t term;         /* 0xff: stack frames lost */
+	uint32_t domain;      /* the site's (0 unless split by domain) */
 	uint32_t n;
 	guint *ids;
 };
@@ -170,7 +171,7 @@ struct group_key {
 static guint group_key_hash(gconstpointer p)
 {
 	const struct group_key *k = p;
-	guint h = 2166136261u ^ k->kind ^ ((guint)k->term << 8);
+	guint h = 2166136261u ^ k->kind ^ ((guint)k->term << 8) ^ (k->domain * 0x9e3779b9u);
 
 	for (uint32_t i = 0; i < k->n; i++)
 		h = (h ^ k->ids[i]) * 16777619u;
@@ -181,7 +182,7 @@ static gboolean group_key_equal(gconstpointer a, gconstpointer b)
 {
 	const struct group_key *x = a, *y = b;
 
-	return x->kind == y->kind && x->term == y->term && x->n == y->n &&
+	return x->kind == y->kind && x->term == y->term && x->domain == y->domain && x->n == y->n &&
 	       !memcmp(x->ids, y->ids, x->n * sizeof(*x->ids));
 }
 
@@ -282,6 +283,7 @@ static struct site_group *group_sites(const struct profile *p, struct modules *m
 		gpointer at;
 
 		k->kind = s->kind;
+		k->domain = s->domain;
 		k->term = s->stack ? s->stack->term : 0xff;
 		k->n = s->stack ? s->stack->nframes : 0;
 		k->ids = g_new(guint, k->n ? k->n : 1);
@@ -438,6 +440,13 @@ static void site_live_line(FILE *out, const struct profile *p, const struct site
 	fprintf(out, "\n");
 }
 
+static int ptr_uint_cmp(const void *a, const void *b)
+{
+	guint x = GPOINTER_TO_UINT(*(gconstpointer const *)a), y = GPOINTER_TO_UINT(*(gconstpointer const *)b);
+
+	return x < y ? -1 : x > y;
+}
+
 int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
 {
 	size_t ngroups = 0;
@@ -455,11 +464,16 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			"camlheap: executor %s; every allocation is sampled: minor heap (%s), "
 			"direct major, custom (out-of-heap) and unmarshalled\n",
 			m->executor, m->minor_source ? m->minor_source : "young_limit traps");
-	else
+	else if (!m->unmarshal_off_why)
 		fprintf(out,
 			"camlheap: executor %s; minor-heap allocations are not sampled (%s); this profile covers "
 			"direct major, custom (out-of-heap) and unmarshalled allocations only\n",
 			m->executor, m->minor_off_why);
+	else
+		fprintf(out,
+			"camlheap: executor %s; minor-heap allocations are not sampled (%s), nor unmarshalled "
+			"blocks (%s); this profile covers direct major and custom (out-of-heap) allocations only\n",
+			m->executor, m->minor_off_why, m->unmarshal_off_why);
 	fprintf(out, "target      pid %d  %s  (OCaml %s)\n", m->pid, m->exe, m->ocaml_version);
 	if (m->command)
 		fprintf(out, "command     %s\n", m->command);
@@ -490,12 +504,27 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 				 : report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_MINOR]), b5, sizeof(b5)),
 		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_MAJOR]), b2, sizeof(b2)),
 		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_CUSTOM]), b3, sizeof(b3)),
-		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_UNMARSHAL]), b4, sizeof(b4)));
+		m->unmarshal_off_why ? "not sampled"
+				     : report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_UNMARSHAL]), b4, sizeof(b4)));
 	if (!m->foreign)
 		fprintf(out,
 			"observed    by the probes (exact, not estimated): major %" PRIu64 " words in %" PRIu64
 			" blocks, custom %" PRIu64 " words, unmarshal %" PRIu64 " words\n",
 			c[CH_CNT_WORDS_MAJOR], c[CH_CNT_HITS_MAJOR], c[CH_CNT_WORDS_CUSTOM], c[CH_CNT_WORDS_UNMARSHAL]);
+	if (g_hash_table_size(p->domain_samples) > 1 || p->by_domain ||
+	    g_hash_table_lookup(p->domain_samples, GUINT_TO_POINTER(1)) ||
+	    (g_hash_table_size(p->domain_samples) == 1 && !g_hash_table_contains(p->domain_samples, GUINT_TO_POINTER(0)))) {
+		guint nd = 0;
+		gpointer *ids = g_hash_table_get_keys_as_array(p->domain_samples, &nd);
+
+		qsort(ids, nd, sizeof(*ids), ptr_uint_cmp);
+		fprintf(out, "domains     samples by domain:");
+		for (guint k = 0; k < nd; k++)
+			fprintf(out, "%s %u: %zu", k ? "," : "", GPOINTER_TO_UINT(ids[k]),
+				GPOINTER_TO_SIZE(g_hash_table_lookup(p->domain_samples, ids[k])));
+		fprintf(out, "%s\n", p->by_domain ? "; sites split by domain" : "; --by-domain splits the sites");
+		g_free(ids);
+	}
 	fprintf(out,
 		"stacks      %u distinct (max depth %u); walks: clean %" PRIu64 ", unknown pc %" PRIu64
 		", read error %" PRIu64 ", depth limit %" PRIu64 "\n",
@@ -576,9 +605,13 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		double lo, hi;
 		GPtrArray *lines;
 
+		char dom[32] = "";
+
+		if (p->by_domain)
+			snprintf(dom, sizeof(dom), "  domain %u", g->site->domain);
 		profile_poisson_ci95(g->samples, &lo, &hi);
-		fprintf(out, "\n#%zu  %s  %s  [95%% CI %s .. %s]  %" PRIu64 " sample%s  %.1f%%\n", i + 1,
-			kind_names[g->kind], report_format_bytes(est_bytes(p, g->samples), b1, sizeof(b1)),
+		fprintf(out, "\n#%zu  %s%s  %s  [95%% CI %s .. %s]  %" PRIu64 " sample%s  %.1f%%\n", i + 1,
+			kind_names[g->kind], dom, report_format_bytes(est_bytes(p, g->samples), b1, sizeof(b1)),
 			report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)),
 			report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)), g->samples, plural(g->samples),
 			p->samples ? 100.0 * (double)g->samples / (double)p->samples : 0.0);
@@ -712,20 +745,31 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 }
 
 /* Collapsed line key: the frames root first. */
-static char *collapsed_key(const struct profile_site *s, struct modules *mods)
+static char *collapsed_key(const struct profile_site *s, struct modules *mods, bool by_domain)
 {
 	GString *g = g_string_new(NULL);
 	struct sym_frame fr[MAX_INLINE];
 
+	/* split by domain: each domain is a root of its own */
+	if (by_domain)
+		g_string_append_printf(g, "[domain_%u]", s->domain);
 	/* markers too: a collapsed frame holds no space (the value follows
 	 * the last one) */
 	if (!s->stack) {
+		if (g->len)
+			g_string_append_c(g, ';');
 		g_string_append(g, "[stack_frames_lost]");
 		return g_string_free(g, FALSE);
 	}
 	if (s->stack->term != CH_TERM_CLEAN) {
+		size_t at = g->len;
+
+		if (g->len)
+			g_string_append_c(g, ';');
 		g_string_append_printf(g, "[truncated:_%s]", term_names[s->stack->term]);
-		g_strdelimit(g->str, " ", '_');
+		for (size_t k = at; k < g->len; k++)
+			if (g->str[k] == ' ')
+				g->str[k] = '_';
 	}
 	for (int64_t i = (int64_t)s->stack->nframes - 1; i >= 0; i--) {
 		int n = modules_lookup(mods, s->stack->frames[i], i == 0 ? s->alloc_idx : 0, fr, MAX_INLINE);
@@ -738,8 +782,11 @@ static char *collapsed_key(const struct profile_site *s, struct modules *mods)
 				g_string_append_c(g, *q == ';' || *q == ' ' ? '_' : *q);
 		}
 	}
-	if (!g->len)
+	if (!g->len || (by_domain && !strchr(g->str, ';') && s->stack->nframes == 0)) {
+		if (g->len)
+			g_string_append_c(g, ';');
 		g_string_append(g, "[no_OCaml_frames]");
+	}
 	return g_string_free(g, FALSE);
 }
 
@@ -765,7 +812,7 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct modules *m
 
 		if (live && !(value == REPORT_VALUE_PEAK ? sites[i]->peak_live_samples : sites[i]->live_samples))
 			continue;
-		key = collapsed_key(sites[i], mods);
+		key = collapsed_key(sites[i], mods, p->by_domain);
 		samples = g_hash_table_lookup(lines, key);
 
 		if (!samples) {
@@ -864,6 +911,7 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 	json_member_double(jb, "rate", p->rate);
 	json_member_str(jb, "executor", m->executor);
 	json_member_str(jb, "minor_not_sampled_because", m->minor_off_why);
+	json_member_str(jb, "unmarshal_not_sampled_because", m->unmarshal_off_why);
 	json_member_int(jb, "start_unix_ns", m->start_unix_ns);
 	json_member_double(jb, "duration_s", m->duration_s);
 	json_member_double(jb, "attach_s", m->attach_s);
@@ -881,6 +929,21 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 	for (int k = 0; k < CH_KIND__COUNT; k++)
 		json_member_int(jb, kind_names[k], (int64_t)p->samples_by_kind[k]);
 	json_builder_end_object(jb);
+	{
+		GHashTableIter it;
+		gpointer k, v;
+
+		json_builder_set_member_name(jb, "samples_by_domain");
+		json_builder_begin_object(jb);
+		g_hash_table_iter_init(&it, p->domain_samples);
+		while (g_hash_table_iter_next(&it, &k, &v)) {
+			char name[16];
+
+			snprintf(name, sizeof(name), "%u", GPOINTER_TO_UINT(k));
+			json_member_int(jb, name, (int64_t)GPOINTER_TO_SIZE(v));
+		}
+		json_builder_end_object(jb);
+	}
 	json_builder_set_member_name(jb, "observed_words");
 	json_builder_begin_object(jb);
 	json_member_int(jb, "major", (int64_t)c[CH_CNT_WORDS_MAJOR]);
@@ -995,6 +1058,8 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 		else
 			json_builder_add_null_value(jb);
 		json_member_int(jb, "alloc_index", s->alloc_idx);
+		if (p->by_domain)
+			json_member_int(jb, "domain", s->domain);
 		json_builder_set_member_name(jb, "allocation");
 		json_builder_begin_object(jb);
 		if (s->stack && s->stack->nframes &&

@@ -40,6 +40,7 @@ struct report_meta {
 	const char *executor;          /* who wrote young_limit: "ptrace", "kernel", "observe" */
 	const char *minor_off_why;     /* NULL if the minor heap was sampled, else why not */
 	const char *minor_source;      /* how it was sampled, NULL: young_limit (channel A) */
+	const char *unmarshal_off_why; /* NULL if unmarshalled blocks were sampled, else why not (OCaml 5.1) */
 	/* ptrace executor (all 0 otherwise) */
 	uint64_t exec_stops, exec_writes, exec_stale, exec_pending, exec_errors, exec_passed_signals;
 	double exec_service_s;         /* time the stopped threads waited for the executor, seconds */

@@ -246,6 +246,12 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_MINOR_UPDATE] = s->skel->progs.on_minor_update,
 		[OCAML_PROBE_CLEAN_PHASE] = s->skel->progs.on_clean_phase,
 		[OCAML_PROBE_COMPACTION] = s->skel->progs.on_compaction,
+		[OCAML_PROBE_SAMPLE_BLOCK] = s->skel->progs.on_sample_block,
+		[OCAML_PROBE_ALLOC_SHR_RET] = s->skel->progs.on_alloc_shr_ret,
+		[OCAML_PROBE_ALLOC_SHR_RESERVED_RET] = s->skel->progs.on_alloc_shr_ret,
+		[OCAML_PROBE_ALLOC_SHR_NOEXC_RET] = s->skel->progs.on_alloc_shr_ret,
+		[OCAML_PROBE_CUSTOM_MEM] = s->skel->progs.on_custom_mem,
+		[OCAML_PROBE_CUSTOM_MEM_RET] = s->skel->progs.on_custom_mem_ret,
 	};
 	struct ch_proc proc = {
 		.load_bias = load_bias,
@@ -256,7 +262,15 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		.minor_on = rt->minor_ok && s->executor != CH_EXEC_OBSERVE,
 		.minor_observe = rt->minor_ok && s->executor == CH_EXEC_OBSERVE && s->minor_from_memprof,
 		.census_on = rt->census_ok && s->census,
+		.ocaml5 = rt->major == 5,
+		.first_frame = rt->frame_pointers ? 16 : 8,
+		.tls_state_off = rt->tls_state_off,
+		.minor_count_sym = rt->minor_count_sym,
+		.major_count_sym = rt->major_count_sym,
+		.compact_count_sym = rt->compact_count_sym,
+		.dom_id_off = rt->dom_id_off,
 	};
+	int order[OCAML_PROBE__COUNT], norder = 0;
 	__u32 key = pid;
 	uint64_t first, seed = 0;
 
@@ -281,8 +295,23 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 	/* The collection hooks first: a block is followed only once every
 	 * collection it can meet is seen (a compaction or minor collection
 	 * missed while attaching would leave its address meaningless). */
-	for (int k = 0; k < OCAML_PROBE__COUNT; k++) {
-		int i = k < 3 ? OCAML_PROBE_MINOR_UPDATE + k : k - 3;
+	for (int i = OCAML_PROBE_MINOR_UPDATE; i <= OCAML_PROBE_COMPACTION; i++)
+		order[norder++] = i;
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
+		if (i < OCAML_PROBE_MINOR_UPDATE || i > OCAML_PROBE_COMPACTION)
+			order[norder++] = i;
+	/* a uretprobe's return half must be in place before its entry half
+	 * can fire (CUSTOM_MEM keeps state for CUSTOM_MEM_RET): returns last
+	 * is wrong, entries last is right */
+	for (int a = 0; a < norder; a++)
+		if (order[a] == OCAML_PROBE_CUSTOM_MEM) {
+			for (int b = a; b + 1 < norder; b++)
+				order[b] = order[b + 1];
+			order[norder - 1] = OCAML_PROBE_CUSTOM_MEM;
+			break;
+		}
+	for (int k = 0; k < norder; k++) {
+		int i = order[k];
 		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = rt->probes[i].retprobe);
 
 		if (!rt->probes[i].present)
