@@ -641,3 +641,4 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 }
 
 #include "minor.bpf.h"
+#include "minor5.bpf.h"

@@ -98,6 +98,7 @@ enum ch_counter {
 	CH_CNT_CENSUS_MAJOR_NS,    /* time spent in the clean-phase hook, ns */
 	CH_CNT_YOUNG_CHECKED,      /* young entries examined at minor collections */
 	CH_CNT_MAJOR_CHECKED,      /* major entries examined at clean phases */
+	CH_CNT_MEMPROF_ACTIVE,     /* OCaml 5: arms skipped because the program's own Gc.Memprof was sampling */
 	CH_CNT__COUNT
 };
 
@@ -142,7 +143,7 @@ struct ch_proc {
 	__u64 major_count_sym;      /* `atomic_uintnat caml_major_cycles_completed` (major_gc.c) */
 	__u64 compact_count_sym;    /* `atomic_uintnat caml_compactions_count` (shared_heap.c), 0 if absent (5.1) */
 	__u32 dom_id_off;           /* offsetof(caml_domain_state, id): 280 in 5.1, 288 in 5.3 */
-	__u32 pad5;
+	__u32 memprof_trig_off;     /* offsetof(caml_domain_state, memprof_young_trigger): 472 in 5.3, 0 in 5.1 (none) */
 };
 
 /* OCaml 5: per-domain sampler state, map `domains` (the countdown of
@@ -154,6 +155,12 @@ struct ch_domain_key {
 };
 struct ch_domain {
 	__s64 next_sample_words;    /* 0-based index of the next sampled word */
+	/* Minor heap, channel A per domain (minor5.bpf.h): the sample point
+	 * of this domain's minor heap, as ch_proc.minor_trig on 4.x. */
+	__u64 minor_trig;
+	__u64 minor_epoch;          /* caml_minor_collections_count when drawn */
+	__u8 minor_armed;
+	__u8 pad[7];
 };
 
 /* An entry of the tracking arrays `young_tracked` (blocks in the minor
@@ -209,7 +216,10 @@ struct ch_write_req {
 	__u64 addr;          /* &Caml_state->young_limit (runtime address) */
 	__u64 expect;        /* young_limit as the probe saw it */
 	__u64 value;         /* what to store: max(young_trigger, memprof trigger, P) */
-	__u64 pending_addr;  /* &caml_something_to_do (runtime address) */
+	__u64 pending_addr;  /* &caml_something_to_do (runtime address); 0: no such check (OCaml 5) */
+	__u32 freeze;        /* OCaml 5: stop every other thread of the process around the check and the
+			      * write, so that no other domain's interrupt (UINTNAT_MAX) can be erased */
+	__u32 pad;
 };
 
 /* Map `dispatch_inflight`, key = {tid, stack pointer at entry}: the
@@ -300,7 +310,10 @@ struct ch_sample_event {
 #define CH_OCAML5_YOUNG_PTR 8
 #define CH_OCAML5_YOUNG_START 16
 #define CH_OCAML5_YOUNG_END 24
+#define CH_OCAML5_YOUNG_TRIGGER 32
 #define CH_OCAML5_CURRENT_STACK 40
+#define CH_OCAML5_ACTION_PENDING 56
+#define CH_OCAML53_MEMPROF_YOUNG_TRIGGER 472
 #define CH_OCAML51_ID 280
 #define CH_OCAML53_ID 288
 /* struct stack_info {sp@0, exception_ptr@8, handler@16, ...} and

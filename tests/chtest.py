@@ -55,8 +55,9 @@ def site_lines(site):
     """Source line numbers of the '(* SITE:name *)' markers for Module.name."""
     mod, fn = site.split(".", 1)
     path = os.path.join(FIXTURE_SRC, mod[0].lower() + mod[1:] + ".ml")
-    if not os.path.exists(path):
-        path = os.path.join(FIXTURE_SRC, "plugin", mod[0].lower() + mod[1:] + ".ml")
+    for sub in ("plugin", "ocaml5"):
+        if not os.path.exists(path):
+            path = os.path.join(FIXTURE_SRC, sub, mod[0].lower() + mod[1:] + ".ml")
     lines = []
     with open(path) as f:
         for i, line in enumerate(f, 1):

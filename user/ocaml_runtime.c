@@ -28,6 +28,10 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_ALLOC_SHR_NOEXC_RET] = "caml_alloc_shr_noexc",
 	[OCAML_PROBE_CUSTOM_MEM] = "caml_alloc_custom_mem",
 	[OCAML_PROBE_CUSTOM_MEM_RET] = "caml_alloc_custom_mem",
+	[OCAML_PROBE_DISPATCH5] = "caml_alloc_small_dispatch",
+	[OCAML_PROBE_DISPATCH5_RET] = "caml_alloc_small_dispatch",
+	[OCAML_PROBE_RESET_LIMIT] = "caml_reset_young_limit",
+	[OCAML_PROBE_RESET_LIMIT_RET] = "caml_reset_young_limit",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
@@ -367,6 +371,7 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 	rt->major_count_sym = major ? major->vaddr : 0;
 	rt->compact_count_sym = compact ? compact->vaddr : 0;
 	rt->dom_id_off = rt->minor == 1 ? CH_OCAML51_ID : CH_OCAML53_ID;
+	rt->memprof_trig_off = rt->minor == 3 ? CH_OCAML53_MEMPROF_YOUNG_TRIGGER : 0;
 	/* ENTER_FUNCTION (5.x runtime/amd64.S:94-97): push %rbp; mov %rsp,%rbp */
 	rt->frame_pointers = code && code[0] == 0x55 && code[1] == 0x48 && code[2] == 0x89 && code[3] == 0xe5;
 	if (rt->minor == 3) {
@@ -396,9 +401,30 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 			 name, rt->version, missing);
 		return OCAML_MISSING_SYMBOLS;
 	}
-	snprintf(rt->minor_why, sizeof(rt->minor_why),
-		 "OCaml %d.%d: sampling the per-domain minor heaps from outside is not implemented yet",
-		 rt->major, rt->minor);
+	{
+		/* the dispatch entry reads r8 (lens): only an emulated first
+		 * instruction, nothing stepped over */
+		struct ocaml_probe_point *e = &rt->probes[OCAML_PROBE_DISPATCH5];
+		const struct elf_symbol *d = elf_image_symbol(img, "caml_alloc_small_dispatch");
+		const uint8_t *dc = d ? elf_image_data(img, d->vaddr, 16) : NULL;
+
+		if (d && dc && plan_retprobe(img, probe_symbols[OCAML_PROBE_DISPATCH5], e) == 0) {
+			e->retprobe = false;
+			e->emulated = ocaml_runtime_insn_emulated(dc, 16);
+		}
+		if (plan_retprobe(img, probe_symbols[OCAML_PROBE_RESET_LIMIT], &rt->probes[OCAML_PROBE_RESET_LIMIT]) == 0)
+			rt->probes[OCAML_PROBE_RESET_LIMIT].retprobe = false; /* same entry, reads rdi */
+		if (plan_retprobe(img, probe_symbols[OCAML_PROBE_DISPATCH5_RET], &rt->probes[OCAML_PROBE_DISPATCH5_RET]) == 0 &&
+		    plan_retprobe(img, probe_symbols[OCAML_PROBE_RESET_LIMIT_RET], &rt->probes[OCAML_PROBE_RESET_LIMIT_RET]) == 0 &&
+		    e->present && rt->probes[OCAML_PROBE_RESET_LIMIT].present) {
+			rt->minor_ok = true;
+		} else {
+			for (int i = OCAML_PROBE_DISPATCH5; i <= OCAML_PROBE_RESET_LIMIT_RET; i++)
+				rt->probes[i].present = false;
+			snprintf(rt->minor_why, sizeof(rt->minor_why),
+				 "the runtime lacks caml_alloc_small_dispatch or caml_reset_young_limit");
+		}
+	}
 	snprintf(rt->census_why, sizeof(rt->census_why),
 		 "OCaml %d.%d: following sampled blocks to their death is not implemented yet", rt->major, rt->minor);
 	return OCAML_OK;

@@ -38,6 +38,12 @@ enum ocaml_probe {
 	OCAML_PROBE_ALLOC_SHR_NOEXC_RET, /* 5.1: caml_alloc_shr_noexc return */
 	OCAML_PROBE_CUSTOM_MEM,          /* 5.1: caml_alloc_custom_mem(ops, bsz, mem) entry */
 	OCAML_PROBE_CUSTOM_MEM_RET,      /* 5.1: its return (the block) */
+	/* OCaml 5 minor heaps, channel A with the process frozen per write
+	 * (bpf/minor5.bpf.h): all three or none. */
+	OCAML_PROBE_DISPATCH5,           /* caml_alloc_small_dispatch(dom_st, wosize, flags, nallocs, lens) entry */
+	OCAML_PROBE_DISPATCH5_RET,       /* its return */
+	OCAML_PROBE_RESET_LIMIT,         /* caml_reset_young_limit(dom_st) entry: which domain */
+	OCAML_PROBE_RESET_LIMIT_RET,     /* its return: re-arm */
 	OCAML_PROBE__COUNT
 };
 
@@ -65,6 +71,7 @@ struct ocaml_runtime {
 	int64_t tls_state_off;   /* TLS `caml_state` relative to the thread pointer, bytes */
 	uint64_t minor_count_sym, major_count_sym, compact_count_sym; /* exported GC counters (0: absent) */
 	uint32_t dom_id_off;     /* offsetof(caml_domain_state, id) */
+	uint32_t memprof_trig_off; /* offsetof(caml_domain_state, memprof_young_trigger), 0: none (5.1) */
 	bool frame_pointers;     /* runtime built with --enable-frame-pointers (caml_c_call starts push %rbp; mov %rsp,%rbp) */
 	const char *unmarshal_why; /* unmarshalled blocks are not sampled: why (NULL if they are) */
 	bool minor_ok;           /* every minor-heap probe and symbol was found */

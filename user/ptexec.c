@@ -178,6 +178,57 @@ static int seize_all(struct ptexec *x)
 
 /* The write queued for thread `t`, in its SIGURG stop.  False if nothing
  * was queued (a SIGURG of the program's own, to pass on). */
+/* State letter of thread `tid` from /proc/PID/task/TID/stat (the field
+ * after the parenthesised comm), or 0 if it is gone. */
+static char thread_state(pid_t pid, pid_t tid)
+{
+	char path[64], buf[512];
+	const char *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : 0;
+}
+
+/* OCaml 5 (bpf/minor5.bpf.h): stop every traced thread but `t` (already
+ * stopped), so that none can store into young_limit between the check and
+ * the write.  PTRACE_INTERRUPT each; each is in a ptrace stop once its state
+ * reads 't' (or 'T', a group-stop; gone counts as stopped).  The
+ * interrupt stops they report later are resumed by serve() as any other.
+ * Returns false if one did not stop within 200 ms (then nothing is
+ * written). */
+static bool freeze_others(struct ptexec *x, pid_t t)
+{
+	double deadline = now_s() + 0.2;
+
+	for (size_t i = 0; i < x->ntids; i++)
+		if (x->tids[i] != t)
+			ptrace(PTRACE_INTERRUPT, x->tids[i], 0, 0);
+	for (size_t i = 0; i < x->ntids; i++) {
+		char s;
+
+		if (x->tids[i] == t)
+			continue;
+		while ((s = thread_state(x->pid, x->tids[i])) != 0 && s != 't' && s != 'T' && s != 'Z' && s != 'X') {
+			if (now_s() > deadline)
+				return false;
+			sched_yield();
+		}
+	}
+	x->st.freezes++;
+	return true;
+}
+
 static bool serve_write(struct ptexec *x, pid_t t)
 {
 	struct ch_write_req req;
@@ -189,8 +240,11 @@ static bool serve_write(struct ptexec *x, pid_t t)
 	if (bpf_map_lookup_and_delete_elem(x->req_fd, &key, &req) < 0)
 		return false;
 	x->st.stops++;
-	if (pread(x->mem_fd, &limit, sizeof(limit), (off_t)req.addr) != sizeof(limit) ||
-	    pread(x->mem_fd, &pending, sizeof(pending), (off_t)req.pending_addr) != sizeof(pending))
+	if (req.freeze && !freeze_others(x, t))
+		x->st.freeze_timeouts++;
+	else if (pread(x->mem_fd, &limit, sizeof(limit), (off_t)req.addr) != sizeof(limit) ||
+	    (req.pending_addr &&
+	     pread(x->mem_fd, &pending, sizeof(pending), (off_t)req.pending_addr) != sizeof(pending)))
 		x->st.write_errors++;
 	else if (limit != req.expect)
 		x->st.stale++;

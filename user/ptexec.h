@@ -34,6 +34,8 @@ struct ptexec_stats {
 	uint64_t passed_signals; /* the target's own signals passed through */
 	uint64_t group_stops;    /* job-control stops kept (PTRACE_LISTEN) */
 	uint64_t threads;        /* threads traced, in all */
+	uint64_t freezes;        /* OCaml 5: writes done with every other thread stopped */
+	uint64_t freeze_timeouts;/* OCaml 5: not written, a thread did not stop within 200 ms */
 	double service_s;        /* time spent between a stop's report and its resumption */
 };
 

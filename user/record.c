@@ -554,7 +554,15 @@ int record_run(const struct record_opts *o)
 
 	if (target_inspect(&t, msg, sizeof(msg)) < 0)
 		goto fail_target;
-	memprof_rate = t.rt.minor_ok ? target_memprof_rate(&t) : -1;
+	memprof_rate = t.rt.minor_ok && t.rt.major == 4 ? target_memprof_rate(&t) : -1;
+	if (t.rt.major == 5 && t.rt.minor_ok && ex == CH_EXEC_KERNEL) {
+		/* bpf_probe_write_user cannot hold the other domains still
+		 * between its check and its write (bpf/minor5.bpf.h) */
+		t.rt.minor_ok = false;
+		snprintf(t.rt.minor_why, sizeof(t.rt.minor_why),
+			 "OCaml 5: the kernel executor cannot stop the other domains around its young_limit write; "
+			 "--executor ptrace samples the minor heaps");
+	}
 	if (memprof_rate > 0 && (o->executor == RECORD_EXEC_AUTO || o->executor == RECORD_EXEC_OBSERVE)) {
 		/* the program samples itself: never arm, take its samples */
 		ex = CH_EXEC_OBSERVE;
@@ -579,6 +587,8 @@ int record_run(const struct record_opts *o)
 		if (ret < 0)
 			goto fail_target;
 	}
+	if (t.rt.major == 5 && t.rt.minor_ok && ex == CH_EXEC_PTRACE)
+		meta.minor_source = "young_limit traps, every other thread stopped around each write";
 	if (o->keep_cpus_awake && ex != CH_EXEC_PTRACE)
 		fprintf(stderr, "camlheap: --keep-cpus-awake is for the ptrace executor; the %s executor runs "
 				"without it\n",
@@ -715,6 +725,8 @@ int record_run(const struct record_opts *o)
 			meta.exec_errors = ps.write_errors;
 			meta.exec_passed_signals = ps.passed_signals;
 			meta.exec_service_s = ps.service_s;
+			meta.exec_freezes = ps.freezes;
+			meta.exec_freeze_timeouts = ps.freeze_timeouts;
 			if (ptexec_exited(px, &status))
 				reaped = t.launched;
 		}

@@ -348,6 +348,8 @@ static const struct {
 	F("fates_drained", M_U64, fates_drained),
 	F("exec_stops", M_U64, exec_stops),
 	F("exec_writes", M_U64, exec_writes),
+	F("exec_freezes", M_U64, exec_freezes),
+	F("exec_freeze_timeouts", M_U64, exec_freeze_timeouts),
 	F("exec_stale", M_U64, exec_stale),
 	F("exec_pending", M_U64, exec_pending),
 	F("exec_errors", M_U64, exec_errors),

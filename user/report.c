@@ -459,11 +459,16 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	if (m->foreign)
 		fprintf(out, "camlheap: a memtrace trace written inside the program (Gc.Memprof samples every allocation); "
 			     "camlheap's own probe figures do not apply\n");
-	else if (!m->minor_off_why)
+	else if (!m->minor_off_why && !m->unmarshal_off_why)
 		fprintf(out,
 			"camlheap: executor %s; every allocation is sampled: minor heap (%s), "
 			"direct major, custom (out-of-heap) and unmarshalled\n",
 			m->executor, m->minor_source ? m->minor_source : "young_limit traps");
+	else if (!m->minor_off_why)
+		fprintf(out,
+			"camlheap: executor %s; allocations are sampled in the minor heap (%s), direct major and "
+			"custom (out-of-heap), but not unmarshalled blocks (%s)\n",
+			m->executor, m->minor_source ? m->minor_source : "young_limit traps", m->unmarshal_off_why);
 	else if (!m->unmarshal_off_why)
 		fprintf(out,
 			"camlheap: executor %s; minor-heap allocations are not sampled (%s); this profile covers "
@@ -536,7 +541,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			"minor       %" PRIu64 " samples; %" PRIu64 " %s, %" PRIu64
 			" minor cycles; sample points missed %" PRIu64 ", in untracked blocks %" PRIu64 "\n",
 			c[CH_CNT_MINOR_SAMPLES], c[CH_CNT_DISPATCH],
-			m->minor_source ? "blocks Gc.Memprof sampled" : "traps into caml_alloc_small_dispatch",
+			!strcmp(m->executor, "observe") ? "blocks Gc.Memprof sampled" : "traps into caml_alloc_small_dispatch",
 			c[CH_CNT_EPOCHS], c[CH_CNT_MISSED],
 			c[CH_CNT_UNTRACKED]);
 		if (!strcmp(m->executor, "observe"))
@@ -550,6 +555,17 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 				m->exec_writes, m->exec_stale, m->exec_pending, m->exec_errors, m->exec_passed_signals);
 		else
 			fprintf(out, "executor    kernel: %" PRIu64 " writes\n", c[CH_CNT_WRITES_KERNEL]);
+		if (!strcmp(m->executor, "ptrace") && (m->exec_freezes || m->exec_freeze_timeouts))
+			fprintf(out,
+				"            OCaml 5: %" PRIu64 " checks and writes made with every other thread of the "
+				"process stopped (no domain's interrupt can be overwritten); %" PRIu64
+				" given up (a thread did not stop within 200 ms)\n",
+				m->exec_freezes, m->exec_freeze_timeouts);
+		if (c[CH_CNT_MEMPROF_ACTIVE])
+			fprintf(out,
+				"            %" PRIu64 " arms skipped while the program's own Gc.Memprof was sampling "
+				"(its trigger drives young_limit then; camlheap never writes it)\n",
+				c[CH_CNT_MEMPROF_ACTIVE]);
 	}
 	census_header(out, p, m);
 	if (c[CH_CNT_MISSED])
@@ -912,6 +928,16 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 	json_member_str(jb, "executor", m->executor);
 	json_member_str(jb, "minor_not_sampled_because", m->minor_off_why);
 	json_member_str(jb, "unmarshal_not_sampled_because", m->unmarshal_off_why);
+	if (!m->minor_off_why && !m->foreign) {
+		json_builder_set_member_name(jb, "minor");
+		json_builder_begin_object(jb);
+		json_member_int(jb, "samples", (int64_t)c[CH_CNT_MINOR_SAMPLES]);
+		json_member_int(jb, "traps", (int64_t)c[CH_CNT_DISPATCH]);
+		json_member_int(jb, "cycles", (int64_t)c[CH_CNT_EPOCHS]);
+		json_member_int(jb, "missed", (int64_t)c[CH_CNT_MISSED]);
+		json_member_int(jb, "untracked", (int64_t)c[CH_CNT_UNTRACKED]);
+		json_builder_end_object(jb);
+	}
 	json_member_int(jb, "start_unix_ns", m->start_unix_ns);
 	json_member_double(jb, "duration_s", m->duration_s);
 	json_member_double(jb, "attach_s", m->attach_s);

@@ -39,10 +39,12 @@ struct report_meta {
 	const char *sampler_mode;      /* e.g. "major+custom+unmarshal (read-only uprobes)" */
 	const char *executor;          /* who wrote young_limit: "ptrace", "kernel", "observe" */
 	const char *minor_off_why;     /* NULL if the minor heap was sampled, else why not */
-	const char *minor_source;      /* how it was sampled, NULL: young_limit (channel A) */
+	const char *minor_source;      /* how it was sampled, NULL: young_limit traps (channel A, 4.x) */
 	const char *unmarshal_off_why; /* NULL if unmarshalled blocks were sampled, else why not (OCaml 5.1) */
 	/* ptrace executor (all 0 otherwise) */
 	uint64_t exec_stops, exec_writes, exec_stale, exec_pending, exec_errors, exec_passed_signals;
+	uint64_t exec_freezes;         /* OCaml 5: writes checked and done with every other thread stopped */
+	uint64_t exec_freeze_timeouts; /* OCaml 5: writes given up, a thread did not stop in time */
 	double exec_service_s;         /* time the stopped threads waited for the executor, seconds */
 	const char *end_reason;        /* "target exited with status 0", "duration elapsed", ... */
 	double duration_s;             /* recording time, seconds */

@@ -252,6 +252,10 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_ALLOC_SHR_NOEXC_RET] = s->skel->progs.on_alloc_shr_ret,
 		[OCAML_PROBE_CUSTOM_MEM] = s->skel->progs.on_custom_mem,
 		[OCAML_PROBE_CUSTOM_MEM_RET] = s->skel->progs.on_custom_mem_ret,
+		[OCAML_PROBE_DISPATCH5] = s->skel->progs.on_dispatch5,
+		[OCAML_PROBE_DISPATCH5_RET] = s->skel->progs.on_dispatch5_ret,
+		[OCAML_PROBE_RESET_LIMIT] = s->skel->progs.on_reset_young_limit,
+		[OCAML_PROBE_RESET_LIMIT_RET] = s->skel->progs.on_reset_young_limit_ret,
 	};
 	struct ch_proc proc = {
 		.load_bias = load_bias,
@@ -269,6 +273,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		.major_count_sym = rt->major_count_sym,
 		.compact_count_sym = rt->compact_count_sym,
 		.dom_id_off = rt->dom_id_off,
+		.memprof_trig_off = rt->memprof_trig_off,
 	};
 	int order[OCAML_PROBE__COUNT], norder = 0;
 	__u32 key = pid;
@@ -319,6 +324,8 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		if (i >= OCAML_PROBE_DISPATCH && i <= OCAML_PROBE_REARM_PENDING && !proc.minor_on)
 			continue;
 		if (i == OCAML_PROBE_TRACK_YOUNG && !proc.minor_observe)
+			continue;
+		if (i >= OCAML_PROBE_DISPATCH5 && i <= OCAML_PROBE_RESET_LIMIT_RET && !proc.minor_on)
 			continue;
 		if (i >= OCAML_PROBE_MINOR_UPDATE && i <= OCAML_PROBE_COMPACTION && !proc.census_on)
 			continue;

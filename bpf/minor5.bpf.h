@@ -1,0 +1,277 @@
+/* minor5.bpf.h -- sample the OCaml 5.1/5.3 minor heaps from outside the
+ * process: channel A of ocaml-runtime.md §2.4 per domain, with the ptrace
+ * executor holding every other thread of the process stopped around each
+ * young_limit write.  Included at the end of alloc.bpf.c (it shares the
+ * event path, the geometric pool and minor.bpf.h's Comballoc walk).
+ *
+ * Each domain has its own minor heap and its own sample point P (map
+ * `domains`): the address just above the next sampled word of that heap.
+ * young_limit is raised to P so that the allocation crossing it traps into
+ * caml_alloc_small_dispatch(dom_st, wosize, flags, nallocs, lens) (5.3
+ * runtime/minor_gc.c:887); the return probe sees the redone block and
+ * samples it if it covers P, as memprof's own check at the end of dispatch
+ * does.
+ *
+ * Why the freeze: on OCaml 5 any thread may store UINTNAT_MAX into a
+ * domain's young_limit at any moment (an interrupt: stop-the-world, signal;
+ * 5.3 runtime/caml/domain_state.tbl:17-25), and a read-then-write from
+ * outside could erase it and stall every domain.  With all other threads
+ * stopped, nothing can store between the executor's check and its write;
+ * an interrupt stored after it wins as usual.  The write is skipped if
+ * young_limit changed since the probe or is UINTNAT_MAX (action_pending
+ * is no reason: 5.x sets it at every caml_reset_young_limit, and raising
+ * young_limit towards young_ptr can only make a trap come earlier).  If camlheap dies, a raised young_limit costs one spurious trap
+ * (the domain's next caml_reset_young_limit lowers it); nothing else is
+ * written, ever (memprof_young_trigger never: an armed trigger crashes 5.3
+ * without a Gc.Memprof configuration, ocaml-runtime.md §2.3).
+ *
+ * Probes (C functions called from C only, so uretprobes are safe):
+ *   caml_alloc_small_dispatch entry and return;
+ *   caml_reset_young_limit return: the runtime has just published its own
+ *     young_limit (every dispatch and every minor collection ends there,
+ *     5.3 domain.c:1832 caml_poll_gc_work): raise it to P again.
+ * A P inside the block a dispatch is about to redo is armed anyway: the
+ * redo does not look at young_limit, the return probe samples the block,
+ * and the next allocation's (spurious) trap re-arms the next P.
+ *
+ * A program running Gc.Memprof itself (5.3: memprof_young_trigger above
+ * young_start) is never armed (counted): its own trigger drives
+ * young_limit then.
+ */
+#ifndef CH_MINOR5_BPF_H
+#define CH_MINOR5_BPF_H
+
+#define CH_UINTNAT_MAX 0xffffffffffffffffULL
+
+static __always_inline struct ch_domain *ocaml5_domain_state(__u64 dom)
+{
+	struct ch_domain_key k = { .dom_state = dom, .tgid = bpf_get_current_pid_tgid() >> 32 };
+
+	if (!ocaml5_countdown(dom)) /* creates the entry */
+		return 0;
+	return bpf_map_lookup_elem(&domains, &k);
+}
+
+/* The domain state's minor-heap fields (struct minor_view's meaning:
+ * start/end are young_start/young_end, pending is action_pending). */
+static __always_inline int minor5_read_view(struct ch_proc *p, __u64 dom, struct minor_view *v)
+{
+	__u64 f[5]; /* young_limit, young_ptr, young_start, young_end, young_trigger */
+
+	v->cs = dom;
+	v->memprof_trig = 0;
+	if (!dom || bpf_probe_read_user(f, sizeof(f), (void *)dom) ||
+	    bpf_probe_read_user(&v->epoch, 8, (void *)(p->minor_count_sym + p->load_bias)) ||
+	    (p->memprof_trig_off &&
+	     bpf_probe_read_user(&v->memprof_trig, 8, (void *)(dom + p->memprof_trig_off)))) {
+		count(CH_CNT_BAD_STATE, 1);
+		return -1;
+	}
+	v->limit = f[0];
+	v->yp = f[1];
+	v->start = f[2];
+	v->end = f[3];
+	v->young_trigger = f[4];
+	/* action_pending is not a reason to keep off (unlike 4.x's
+	 * caml_something_to_do): 5.x sets it at every caml_reset_young_limit
+	 * and handles it at polls; an action that must interrupt the domain
+	 * stores UINTNAT_MAX, the one value never overwritten */
+	v->pending = 0;
+	if (!(v->start < v->end && v->yp + 257 * 8 >= v->start && v->yp <= v->end && v->young_trigger >= v->start &&
+	      v->young_trigger <= v->end)) {
+		count(CH_CNT_BAD_STATE, 1);
+		return -1;
+	}
+	return 0;
+}
+
+/* A new minor cycle of this domain: a fresh first sample point from the
+ * top of its emptied heap (from young_ptr on the first sight after
+ * attach: earlier words were allocated before camlheap was there).
+ * caml_minor_collections_count goes up when a collection is set up (5.3
+ * minor_gc.c:777, caml_empty_minor_heap_setup), before the domains empty
+ * their heaps; each domain then sets young_ptr = young_end and calls
+ * caml_reset_young_limit (:642-645), where on_reset_young_limit_ret sees
+ * young_ptr == young_end: only then is the new cycle this domain's.  A
+ * sample point outside the heap (resized) is drawn again from young_ptr. */
+static __always_inline void minor5_sync_epoch(struct ch_domain *d, struct minor_view *v)
+{
+	if (d->minor_armed && d->minor_trig && (d->minor_trig > v->end || d->minor_trig <= v->start)) {
+		d->minor_trig = minor_point_below(v, v->yp, geom_draw());
+		return;
+	}
+	if (d->minor_armed && (d->minor_epoch == v->epoch || v->yp != v->end))
+		return;
+	d->minor_trig = minor_point_below(v, d->minor_armed ? v->end : (v->yp < v->end ? v->yp : v->end), geom_draw());
+	d->minor_epoch = v->epoch;
+	d->minor_armed = 1;
+	count(CH_CNT_EPOCHS, 1);
+}
+
+static __always_inline void minor5_skip_passed(struct ch_domain *d, struct minor_view *v, __u64 top)
+{
+	if (d->minor_trig && d->minor_trig > top) {
+		count(CH_CNT_MISSED, 1);
+		d->minor_trig = minor_point_below(v, top, geom_draw());
+	}
+}
+
+/* young_limit := max(young_trigger, P), through the ptrace executor with
+ * the process frozen. */
+static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_domain *d, struct minor_view *v)
+{
+	__u64 want = v->young_trigger;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct task_struct *task;
+	struct ch_write_req req = {};
+
+	if (v->memprof_trig > v->start && v->memprof_trig <= v->end) {
+		/* the program's own Gc.Memprof samples: never arm */
+		count(CH_CNT_MEMPROF_ACTIVE, 1);
+		return;
+	}
+	if (d->minor_trig > want && d->minor_trig <= v->yp)
+		want = d->minor_trig;
+	if (want == v->limit)
+		return;
+	if (v->pending || v->limit == CH_UINTNAT_MAX) {
+		count(CH_CNT_WRITE_SKIPPED, 1);
+		return;
+	}
+	if (executor != CH_EXEC_PTRACE)
+		return;
+	task = (struct task_struct *)bpf_get_current_task();
+	if (!BPF_CORE_READ(task, ptrace) || BPF_CORE_READ(task, parent, tgid) != tracer_tgid ||
+	    (BPF_CORE_READ(task, parent, flags) & CH_PF_EXITING)) {
+		count(CH_CNT_WRITE_SKIPPED, 1);
+		return;
+	}
+	req.addr = v->cs;
+	req.expect = v->limit;
+	req.value = want;
+	req.pending_addr = 0;
+	req.freeze = 1;
+	if (bpf_map_update_elem(&write_req, &tid, &req, BPF_ANY))
+		return;
+	if (bpf_send_signal_thread(CH_SIGURG)) {
+		bpf_map_delete_elem(&write_req, &tid);
+		count(CH_CNT_SIGNAL_FAILED, 1);
+		return;
+	}
+	count(CH_CNT_WRITES_QUEUED, 1);
+}
+
+/* caml_alloc_small_dispatch(caml_domain_state *dom_st, intnat wosize, int
+ * flags, int nallocs, unsigned char *encoded_alloc_lens) */
+SEC("uprobe")
+int BPF_KPROBE(on_dispatch5, __u64 dom, __u64 wosize, __u32 flags, __u32 nallocs, __u64 lens)
+{
+	struct ch_proc *p = current_proc();
+	struct ch_inflight_key k = { .sp = PT_REGS_SP(ctx), .tid = (__u32)bpf_get_current_pid_tgid() };
+	struct ch_inflight in = { .wosize = wosize, .lens = lens, .flags = flags, .nallocs = nallocs };
+
+	if (!p || !p->minor_on)
+		return 0;
+	count(CH_CNT_DISPATCH, 1);
+	if (wosize > 256 || nallocs > 256) /* Max_young_wosize */
+		return 0;
+	bpf_map_update_elem(&dispatch_inflight, &k, &in, BPF_ANY);
+	{
+		struct inflight_tid it = { .whsize = wosize + 1 };
+
+		bpf_map_update_elem(&inflight_by_tid, &k.tid, &it, BPF_ANY);
+	}
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(on_dispatch5_ret)
+{
+	struct ch_proc *p = current_proc();
+	struct ch_inflight_key k = { .sp = PT_REGS_SP(ctx) - 8, .tid = (__u32)bpf_get_current_pid_tgid() };
+	struct ch_inflight *inp, in;
+	struct minor_view v;
+	struct ch_domain *d;
+	__u64 top, dom;
+
+	if (!p || !p->minor_on)
+		return 0;
+	inp = bpf_map_lookup_elem(&dispatch_inflight, &k);
+	if (!inp)
+		return 0;
+	in = *inp;
+	bpf_map_delete_elem(&dispatch_inflight, &k);
+	bpf_map_delete_elem(&inflight_by_tid, &k.tid);
+	dom = ocaml5_dom(p);
+	d = dom ? ocaml5_domain_state(dom) : 0;
+	if (!d || minor5_read_view(p, dom, &v))
+		return 0;
+	minor5_sync_epoch(d, &v);
+	/* the redone allocation is [young_ptr, young_ptr + whsize) */
+	top = v.yp + (in.wosize + 1) * 8;
+	minor5_skip_passed(d, &v, top);
+	if (d->minor_trig && d->minor_trig > v.yp) {
+		if (in.flags & CH_DO_TRACK) {
+			d->minor_trig = minor_sample_block(p, &v, &in, d->minor_trig);
+		} else {
+			count(CH_CNT_UNTRACKED, 1);
+			d->minor_trig = minor_point_below(&v, v.yp, geom_draw());
+		}
+	}
+	minor5_apply_limit(p, d, &v);
+	return 0;
+}
+
+/* The domain caml_reset_young_limit works on, per thread: its argument,
+ * not the thread's own caml_state (a domain blocked in C has its backup
+ * thread take part in stop-the-world collections on its behalf). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64);
+} reset_dom SEC(".maps");
+
+SEC("uprobe")
+int BPF_KPROBE(on_reset_young_limit, __u64 dom)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct ch_proc *p = current_proc();
+
+	if (p && p->minor_on)
+		bpf_map_update_elem(&reset_dom, &tid, &dom, BPF_ANY);
+	return 0;
+}
+
+/* caml_reset_young_limit(dom_st) returned: the runtime's own limit is in
+ * place (or UINTNAT_MAX for a pending action, left alone). */
+SEC("uretprobe")
+int BPF_KRETPROBE(on_reset_young_limit_ret)
+{
+	struct ch_proc *p = current_proc();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct inflight_tid *it;
+	struct minor_view v;
+	struct ch_domain *d;
+	__u64 dom, *dp;
+
+	if (!p || !p->minor_on)
+		return 0;
+	dp = bpf_map_lookup_elem(&reset_dom, &tid);
+	if (!dp)
+		return 0;
+	dom = *dp;
+	bpf_map_delete_elem(&reset_dom, &tid);
+	d = dom ? ocaml5_domain_state(dom) : 0;
+	if (!d || minor5_read_view(p, dom, &v))
+		return 0;
+	minor5_sync_epoch(d, &v);
+	/* inside a dispatch the block to redo sits just below young_ptr
+	 * (undone): a P in it is not passed yet, the return probe takes it */
+	it = bpf_map_lookup_elem(&inflight_by_tid, &tid);
+	minor5_skip_passed(d, &v, v.yp + (it ? it->whsize * 8 : 0));
+	minor5_apply_limit(p, d, &v);
+	return 0;
+}
+
+#endif
