@@ -22,7 +22,9 @@ Runs are interleaved (every configuration once, then again ...) so that
 drift in the machine's speed hits every configuration alike; medians of
 REPEAT runs.  Then the census's own cost (bench_census).  Environment:
 REPEAT (default 5), ITEMS (generated module size, default 1000),
-BENCH_ONLY=census or recording (only that part).  The recording part: what
+BENCH_ONLY=census, recording or ocaml5 (only that part).  The ocaml5 part:
+OCaml 5.3 fixtures (built with tests/toolchains.py), one domain and four,
+where every minor-heap write stops the whole process.  The recording part: what
 writing the recording file costs camlheap (CPU, peak RSS) against the text
 report alone, the file's size per sample, and `camlheap report` on it.
 """
@@ -91,8 +93,8 @@ def configs(memprof_arg, kernel):
     return out
 
 
-def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False):
-    confs = configs(memprof_arg, kernel)
+def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False, only=None):
+    confs = [c for c in configs(memprof_arg, kernel) if only is None or c[0] in only]
     plain, times, numbers = [], {}, {}
     d = tempfile.mkdtemp(prefix="camlheap-bench-")
     rep = os.path.join(d, "r.txt")
@@ -226,6 +228,21 @@ def bench_recording(d=None):
         statistics.median(size), statistics.median(render)))
 
 
+def bench_ocaml5():
+    """OCaml 5.3: what the minor-heap writes cost when every other thread
+    of the process is stopped around each of them (bpf/minor5.bpf.h), on
+    one domain and on four (one spinning), against the runtime's own
+    Gc.Memprof where the fixture can run it."""
+    import test_versions
+    fixtures = test_versions._fixtures_for("5.3.0")
+    only = ("memprof", "observe", "ptrace")
+    bench("OCaml 5.3 alloc_minor fixture (one domain; minor: 3:1 OCaml sites + a C site)",
+          [os.path.join(fixtures, "alloc_minor"), "ratio", "c", "n=4000000"],
+          memprof_arg=lambda r: ["memprof=" + r, "null"], only=only)
+    bench("OCaml 5.3 domains fixture (four domains, one spinning; minor and major sites in three)",
+          [os.path.join(fixtures, "domains"), "n=20000"], only=only)
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
@@ -237,6 +254,9 @@ def main():
         return
     if os.environ.get("BENCH_ONLY") == "recording":
         bench_recording()
+        return
+    if os.environ.get("BENCH_ONLY") == "ocaml5":
+        bench_ocaml5()
         return
     bench("alloc_minor fixture (minor allocations: 3:1 OCaml sites + a C site)",
           [chtest.fixture("alloc_minor"), "ratio", "c", "n=4000000"],
@@ -257,6 +277,7 @@ def main():
           ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d, before=clean, kernel=kernel)
     bench_census()
     bench_recording(d)
+    bench_ocaml5()
 
 
 if __name__ == "__main__":

