@@ -625,6 +625,45 @@ int BPF_KPROBE(on_register_frametable, __u64 table)
 	return 0;
 }
 
+/* OCaml 5: caml_register_frametables(void **table, int ntables) (5.3
+ * runtime/frame_descriptors.c:302, called by natdynlink for a plugin's
+ * units): the same parse, one table after the other. */
+struct ft5_parse {
+	struct ft_parse cur;
+	__u64 tables;  /* runtime address of the next table pointer */
+	__s64 ntables; /* tables still to start */
+};
+
+static long ft5_step(__u32 i, void *data)
+{
+	struct ft5_parse *s = data;
+	__u64 tbl = 0;
+
+	if (s->cur.left > 0)
+		return ft_step(i, &s->cur);
+	/* next table: intnat num_descr, then the descriptors */
+	if (s->ntables <= 0 || bpf_probe_read_user(&tbl, sizeof(tbl), (void *)s->tables) || !tbl ||
+	    bpf_probe_read_user(&s->cur.left, sizeof(s->cur.left), (void *)tbl))
+		return 1;
+	s->cur.d = tbl + 8;
+	s->tables += 8;
+	s->ntables--;
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(on_register_frametables, __u64 table, __s32 ntables)
+{
+	struct ft5_parse s = { .tables = table, .ntables = ntables };
+
+	if (!current_proc())
+		return 0;
+	if (ntables > 0 && ntables < 65536)
+		bpf_loop(1 << 22, ft5_step, &s, 0);
+	emit_note(CH_NOTE_FRAMETABLE, table);
+	return 0;
+}
+
 /* exec replaced a profiled process's image: forget the process, so that
  * probes still firing in the new image (the same executable run again keeps
  * its uprobes) sample nothing with the old load bias. */

@@ -19,6 +19,7 @@ import subprocess
 import chtest
 import toolchains
 import test_census as _census
+import test_dynlink as _dynlink
 import test_minor as _minor
 import test_recording as _recording
 import test_sampling as _sampling
@@ -110,6 +111,9 @@ CHECKS5 = [
     (_minor, "test_minor_exact_at_rate_one", ("5.1.0", "5.3.0")),
     (_minor, "test_minor_outputs_identical_with_and_without_camlheap", ("5.3.0",)),
     (_minor, "test_minor_kill9_never_harms_target", ("5.3.0",)),
+    (_dynlink, "test_plugin_loaded_while_recording", ("5.1.0", "5.3.0")),
+    (_dynlink, "test_plugin_frames_known_before_its_code_runs", ("5.1.0", "5.3.0")),
+    (_dynlink, "test_recording_names_plugin_frames", ("5.3.0",)),
 ]
 
 for _mod, _check, _versions in CHECKS5:

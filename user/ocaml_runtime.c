@@ -32,6 +32,7 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_DISPATCH5_RET] = "caml_alloc_small_dispatch",
 	[OCAML_PROBE_RESET_LIMIT] = "caml_reset_young_limit",
 	[OCAML_PROBE_RESET_LIMIT_RET] = "caml_reset_young_limit",
+	[OCAML_PROBE_REGISTER_FRAMETABLES] = "caml_register_frametables",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
@@ -394,6 +395,8 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 		rt->unmarshal_why = "OCaml 5.1 calls no hook per unmarshalled block (it reserves them with "
 				    "caml_shared_try_alloc, which promotion also uses)";
 	}
+	if (plan_probe(img, probe_symbols[OCAML_PROBE_REGISTER_FRAMETABLES], &rt->probes[OCAML_PROBE_REGISTER_FRAMETABLES]) == 0)
+		rt->probes[OCAML_PROBE_REGISTER_FRAMETABLES].present = true; /* without it, plugins' frames end walks */
 	if (missing[0]) {
 		snprintf(msg, msglen,
 			 "%s (OCaml %s) lacks runtime symbols camlheap needs:%s; the binary was probably "

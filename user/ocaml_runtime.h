@@ -44,6 +44,7 @@ enum ocaml_probe {
 	OCAML_PROBE_DISPATCH5_RET,       /* its return */
 	OCAML_PROBE_RESET_LIMIT,         /* caml_reset_young_limit(dom_st) entry: which domain */
 	OCAML_PROBE_RESET_LIMIT_RET,     /* its return: re-arm */
+	OCAML_PROBE_REGISTER_FRAMETABLES, /* 5.x: caml_register_frametables(void **table, int n): Dynlink (optional) */
 	OCAML_PROBE__COUNT
 };
 

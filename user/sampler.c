@@ -256,6 +256,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_DISPATCH5_RET] = s->skel->progs.on_dispatch5_ret,
 		[OCAML_PROBE_RESET_LIMIT] = s->skel->progs.on_reset_young_limit,
 		[OCAML_PROBE_RESET_LIMIT_RET] = s->skel->progs.on_reset_young_limit_ret,
+		[OCAML_PROBE_REGISTER_FRAMETABLES] = s->skel->progs.on_register_frametables,
 	};
 	struct ch_proc proc = {
 		.load_bias = load_bias,
