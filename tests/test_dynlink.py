@@ -4,7 +4,9 @@ so stacks through plugin code walk cleanly and name the plugin's sources."""
 import chtest
 from chtest import Recorder, Waiting, check_binomial, fixture
 
-PLUGIN = fixture("dynplug.cmxs")
+def plugin():
+    """The plugin built with the fixtures in use (test_versions switches them)."""
+    return fixture("dynplug.cmxs")
 
 
 def _check(rep, out, rate):
@@ -26,7 +28,7 @@ def _record_plugin(attach_before_load):
     load (the plugin then arrives as a note) or after it (found at attach);
     the plugin allocates only once camlheap has its frame descriptors."""
     rate = 1e-3
-    w = Waiting("dynhost", [PLUGIN, "n=5000"])
+    w = Waiting("dynhost", [plugin(), "n=5000"])
     if attach_before_load:
         r = Recorder(w.pid, rate)
         r.wait_attached()
@@ -57,7 +59,7 @@ def test_plugin_frames_known_before_its_code_runs():
     # frame table; the kernel side reads the table at that very call, so no
     # walk through plugin code may end early
     rate = 1e-3
-    rc, out, rep, err = chtest.record_launch([fixture("dynhost"), PLUGIN, "n=20000"], rate, stdin=b"go\n")
+    rc, out, rep, err = chtest.record_launch([fixture("dynhost"), plugin(), "n=20000"], rate, stdin=b"go\n")
     assert rc == 0, err
     assert rep.walks()["unknown pc"] == 0, rep.header["stacks"]
     _check(rep, out, rate)
@@ -71,7 +73,7 @@ def test_recording_names_plugin_frames():
     import subprocess
     d = chtest.tmpdir()
     path, also = os.path.join(d, "t.ctf"), os.path.join(d, "also.txt")
-    rc, out, err = chtest.run_record(["--rate", "1e-3", "-o", path], [fixture("dynhost"), PLUGIN, "n=20000"],
+    rc, out, err = chtest.run_record(["--rate", "1e-3", "-o", path], [fixture("dynhost"), plugin(), "n=20000"],
                                      stdin=b"go\n", env=dict(os.environ, CAMLHEAP_ALSO_TEXT=also))
     assert rc == 0, err
     p = subprocess.run([chtest.CAMLHEAP, "report", path, "--top", "20"], stdout=subprocess.PIPE,
