@@ -36,7 +36,8 @@
  *
  * A program running Gc.Memprof itself (5.3: memprof_young_trigger above
  * young_start) is never armed (counted): its own trigger drives
- * young_limit then.
+ * young_limit then; if it ran Gc.Memprof when camlheap attached, camlheap
+ * takes its samples read-only instead (on_sample_young5).
  */
 #ifndef CH_MINOR5_BPF_H
 #define CH_MINOR5_BPF_H
@@ -271,6 +272,32 @@ int BPF_KRETPROBE(on_reset_young_limit_ret)
 	it = bpf_map_lookup_elem(&inflight_by_tid, &tid);
 	minor5_skip_passed(d, &v, v.yp + (it ? it->whsize * 8 : 0));
 	minor5_apply_limit(p, d, &v);
+	return 0;
+}
+
+/* observe (5.3): the program's own Gc.Memprof found a sample point in the
+ * block just allocated: dispatch calls caml_memprof_sample_young(wosize,
+ * from_caml, allocs, encoded_lens) when young_ptr < memprof_young_trigger
+ * (5.3 runtime/minor_gc.c:929).  As on 4.x, the first sample is memprof's
+ * own point; further samples in the block come from camlheap's draws at
+ * the same rate.  Nothing is written. */
+SEC("uprobe")
+int BPF_KPROBE(on_sample_young5, __u64 wosize, __u32 from_caml, __u32 nallocs, __u64 lens)
+{
+	struct ch_proc *p = current_proc();
+	struct ch_inflight in = { .wosize = wosize, .flags = CH_DO_TRACK, .nallocs = from_caml ? nallocs : 1,
+				  .lens = from_caml ? lens : 0 };
+	struct minor_view v;
+	__u64 dom;
+
+	if (!p || !p->minor_observe || !p->ocaml5 || wosize > 256 || nallocs > 256)
+		return 0;
+	dom = ocaml5_dom(p);
+	if (!dom || minor5_read_view(p, dom, &v))
+		return 0;
+	count(CH_CNT_DISPATCH, 1);
+	if (v.memprof_trig > v.yp && v.memprof_trig <= v.yp + (wosize + 1) * 8)
+		minor_sample_block(p, &v, &in, v.memprof_trig);
 	return 0;
 }
 

@@ -314,6 +314,13 @@ struct ch_sample_event {
 #define CH_OCAML5_CURRENT_STACK 40
 #define CH_OCAML5_ACTION_PENDING 56
 #define CH_OCAML53_MEMPROF_YOUNG_TRIGGER 472
+#define CH_OCAML53_MEMPROF 464          /* Caml_state->memprof (struct memprof_domain_s *) */
+/* Private layouts of the 5.3 runtime (runtime/domain.c struct dom_internal,
+ * runtime/memprof.c struct memprof_domain_s and entries_s): no header has
+ * them, so tests/test_versions.py checks them against the runtime's DWARF
+ * (gdb ptype /o).  Used only to read a running Gc.Memprof's rate. */
+#define CH_OCAML53_DOM_INTERNAL_STATE 8 /* all_domains[i].state */
+#define CH_OCAML53_MEMPROF_CONFIG 64    /* memprof_domain_s.entries.config (a Gc.Memprof.t block) */
 #define CH_OCAML51_ID 280
 #define CH_OCAML53_ID 288
 /* struct stack_info {sp@0, exception_ptr@8, handler@16, ...} and

@@ -148,7 +148,10 @@ OFFSETS_C = r"""
 int main(void)
 {
 #if OCAML_VERSION_MAJOR >= 5
-    P(young_ptr) P(young_start) P(young_end) P(current_stack) P(id)
+    P(young_ptr) P(young_start) P(young_end) P(young_trigger) P(current_stack) P(action_pending) P(id)
+#if OCAML_VERSION_MINOR >= 3
+    P(memprof) P(memprof_young_trigger)
+#endif
     printf("stack_sp %zu\nstack_handler %zu\nhandler_parent %zu\n", offsetof(struct stack_info, sp),
            offsetof(struct stack_info, handler), offsetof(struct stack_handler, parent));
 #else
@@ -175,7 +178,7 @@ def _header_offsets(libdir):
 def _camlheap_constants():
     import re
     text = open(os.path.join(chtest.ROOT, "include", "camlheap.h")).read()
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^#define (CH_OCAML\w+) (\d+)\s*$", text, re.M)}
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^#define (CH_OCAML\w+) (\d+)\s*(?:/\*.*\*/)?\s*$", text, re.M)}
 
 
 def _check_offsets(libdir, major_minor):
@@ -184,9 +187,13 @@ def _check_offsets(libdir, major_minor):
     if major_minor[0] >= 5:
         want = {"young_ptr": ch["CH_OCAML5_YOUNG_PTR"], "young_start": ch["CH_OCAML5_YOUNG_START"],
                 "young_end": ch["CH_OCAML5_YOUNG_END"], "current_stack": ch["CH_OCAML5_CURRENT_STACK"],
+                "young_trigger": ch["CH_OCAML5_YOUNG_TRIGGER"], "action_pending": ch["CH_OCAML5_ACTION_PENDING"],
                 "id": ch["CH_OCAML51_ID"] if major_minor == (5, 1) else ch["CH_OCAML53_ID"],
                 "stack_sp": ch["CH_OCAML5_STACK_SP"], "stack_handler": ch["CH_OCAML5_STACK_HANDLER"],
                 "handler_parent": ch["CH_OCAML5_HANDLER_PARENT"]}
+        if major_minor == (5, 3):
+            want["memprof"] = ch["CH_OCAML53_MEMPROF"]
+            want["memprof_young_trigger"] = ch["CH_OCAML53_MEMPROF_YOUNG_TRIGGER"]
     else:
         want = {k.lower(): ch["CH_OCAML4_" + k] for k in (
             "YOUNG_LIMIT", "YOUNG_PTR", "YOUNG_START", "YOUNG_END", "YOUNG_ALLOC_START", "YOUNG_ALLOC_END",
@@ -415,5 +422,77 @@ def test_v5_1_0__minor_outputs_identical_but_finaliser_timing():
                             chtest.fixture("alloc_minor")] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            timeout=300)
         assert (p.returncode, p.stdout) == ref[:2], (p.returncode, p.stdout[-300:], ref[1][-300:])
+    finally:
+        chtest.FIXTURES = saved
+
+
+def test_v5_3_0__minor_agrees_with_in_process_memprof_in_another_run():
+    """OCaml 5.3: camlheap never arms a domain whose program runs Gc.Memprof
+    itself, so the two cannot sample one run side by side.  The fixture is
+    deterministic (same allocations at every site in every run), so run it
+    twice: once sampled by its own Gc.Memprof (a fresh random draw,
+    Fixture.memprof_reseed), once by camlheap, both at 1e-4.  Per site the
+    counts are independent Poisson-binomials of one mean: (n1 - n2) /
+    sqrt(n1 + n2) ~ N(0, 1), Bonferroni over the sites at 1 %."""
+    import math
+    import re
+    import statistics
+    import test_minor
+    saved = _with_fixtures("5.3.0")
+    try:
+        rate = 1e-4
+        args = ["n=2000000", "ratio", "c", "comb", "sig"]  # finalisers run at other moments under Gc.Memprof
+        p = subprocess.run([chtest.fixture("alloc_minor"), "memprof=%g" % rate] + args, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=300)
+        assert p.returncode == 0, p.stderr
+        mp_out = p.stdout.decode()
+        mp = {int(a): int(b) for a, b in re.findall(r"^MEMPROF (\d+) (\d+)$", mp_out, re.M)}
+        rc, out, rep, err = chtest.record_launch([chtest.fixture("alloc_minor")] + args, rate)
+        assert rc == 0, err
+    finally:
+        chtest.FIXTURES = saved
+    truth = chtest.parse_truth(out)
+    assert truth == chtest.parse_truth(mp_out), "the fixture is not deterministic: %s / %s" % (out, mp_out)
+    assert rep.minor() and rep.minor()["missed"] == 0, rep.header.get("minor")
+    zcrit = statistics.NormalDist().inv_cdf(1 - 0.01 / (2 * len(truth)))
+    for site in truth:
+        lines = chtest.site_lines(site)
+        n1 = rep.samples_at_lines(test_minor.MOD, lines, "minor")
+        n2 = sum(mp.get(line, 0) for line in lines)
+        assert n1 + n2 > 0, site
+        z = (n1 - n2) / math.sqrt(n1 + n2)
+        assert abs(z) <= zcrit, "%s: camlheap %d vs Gc.Memprof %d samples (z = %.2f, limit %.2f)" % (
+            site, n1, n2, z, zcrit)
+
+
+def test_v5_3_0__private_runtime_layouts_match_its_debug_info():
+    """The 5.3 runtime structures camlheap reads that no header declares
+    (to find a running Gc.Memprof's rate): their offsets in the runtime's
+    own DWARF, as gdb prints them, equal camlheap's constants."""
+    import re
+    fixtures = _fixtures_for("5.3.0")
+    ch = _camlheap_constants()
+    p = subprocess.run(["gdb", "-batch", "-ex", "ptype /o struct dom_internal", "-ex", "ptype /o struct memprof_domain_s",
+                        "-ex", "ptype /o struct entries_s", os.path.join(fixtures, "alloc_minor")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    out = p.stdout.decode()
+
+    def offset(struct, field):
+        body = out[out.index("type = struct %s {" % struct):]
+        m = re.search(r"/\*\s+(\d+)\s+\|\s+\d+ \*/\s+[^;]*?\b%s;" % field, body)
+        assert m, (struct, field, body[:1500])
+        return int(m.group(1))
+    assert offset("dom_internal", "state") == ch["CH_OCAML53_DOM_INTERNAL_STATE"], out
+    assert offset("memprof_domain_s", "entries") + offset("entries_s", "config") == ch["CH_OCAML53_MEMPROF_CONFIG"], out
+
+
+def test_v5_3_0__observe_takes_the_programs_own_memprof_samples():
+    """A 5.3 program already running Gc.Memprof: camlheap never arms its
+    minor heap, reads the rate from the program's Gc.Memprof.t, and takes
+    memprof's own sample points read-only (caml_memprof_sample_young); per
+    site they agree with the program's own counts (the 4.x test, unchanged)."""
+    saved = _with_fixtures("5.3.0")
+    try:
+        _minor.test_observe_takes_the_programs_own_memprof_samples()
     finally:
         chtest.FIXTURES = saved

@@ -33,6 +33,7 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_RESET_LIMIT] = "caml_reset_young_limit",
 	[OCAML_PROBE_RESET_LIMIT_RET] = "caml_reset_young_limit",
 	[OCAML_PROBE_REGISTER_FRAMETABLES] = "caml_register_frametables",
+	[OCAML_PROBE_SAMPLE_YOUNG5] = "caml_memprof_sample_young",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
@@ -394,6 +395,14 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 		}
 		rt->unmarshal_why = "OCaml 5.1 calls no hook per unmarshalled block (it reserves them with "
 				    "caml_shared_try_alloc, which promotion also uses)";
+	}
+	if (rt->minor == 3) {
+		const struct elf_symbol *ad = elf_image_symbol(img, "all_domains");
+
+		if (ad && ad->type == STT_OBJECT && ad->size == 8)
+			rt->all_domains_sym = ad->vaddr;
+		if (plan_probe(img, probe_symbols[OCAML_PROBE_SAMPLE_YOUNG5], &rt->probes[OCAML_PROBE_SAMPLE_YOUNG5]) == 0)
+			rt->probes[OCAML_PROBE_SAMPLE_YOUNG5].present = true;
 	}
 	if (plan_probe(img, probe_symbols[OCAML_PROBE_REGISTER_FRAMETABLES], &rt->probes[OCAML_PROBE_REGISTER_FRAMETABLES]) == 0)
 		rt->probes[OCAML_PROBE_REGISTER_FRAMETABLES].present = true; /* without it, plugins' frames end walks */

@@ -45,6 +45,7 @@ enum ocaml_probe {
 	OCAML_PROBE_RESET_LIMIT,         /* caml_reset_young_limit(dom_st) entry: which domain */
 	OCAML_PROBE_RESET_LIMIT_RET,     /* its return: re-arm */
 	OCAML_PROBE_REGISTER_FRAMETABLES, /* 5.x: caml_register_frametables(void **table, int n): Dynlink (optional) */
+	OCAML_PROBE_SAMPLE_YOUNG5,       /* 5.3: caml_memprof_sample_young(wosize, from_caml, nallocs, lens): observe (optional) */
 	OCAML_PROBE__COUNT
 };
 
@@ -73,6 +74,8 @@ struct ocaml_runtime {
 	uint64_t minor_count_sym, major_count_sym, compact_count_sym; /* exported GC counters (0: absent) */
 	uint32_t dom_id_off;     /* offsetof(caml_domain_state, id) */
 	uint32_t memprof_trig_off; /* offsetof(caml_domain_state, memprof_young_trigger), 0: none (5.1) */
+	uint64_t all_domains_sym;  /* 5.3: link-time vaddr of domain.c's `static dom_internal *all_domains`,
+				    * 0 if unknown (.symtab stripped): to read a running Gc.Memprof's rate */
 	bool frame_pointers;     /* runtime built with --enable-frame-pointers (caml_c_call starts push %rbp; mov %rsp,%rbp) */
 	const char *unmarshal_why; /* unmarshalled blocks are not sampled: why (NULL if they are) */
 	bool minor_ok;           /* every minor-heap probe and symbol was found */

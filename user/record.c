@@ -253,22 +253,48 @@ static int target_inspect(struct target *t, char *msg, size_t len)
 /* Gc.Memprof's current rate in the target (memprof.c `lambda`): > 0 while
  * the program samples itself, 0 when it does not, -1 if it cannot be read
  * (no .symtab, or no access). */
+static int read_u64(int fd, uint64_t addr, uint64_t *out)
+{
+	return pread(fd, out, sizeof(*out), (off_t)addr) == sizeof(*out) ? 0 : -1;
+}
+
+/* OCaml 5.3: the Gc.Memprof configuration of domain 0 (a profile applies to
+ * every domain), through all_domains[0].state->memprof->entries.config, a
+ * Gc.Memprof.t block: field 0 its status (Val_int(0): sampling), field 1
+ * its rate, a boxed float (5.3 runtime/memprof.c:377-412). */
+static double memprof53_rate(const struct target *t, int fd)
+{
+	uint64_t all = 0, state = 0, mp = 0, config = 0, status = 0, box = 0;
+	double lambda = -1;
+
+	if (!t->rt.all_domains_sym || read_u64(fd, t->rt.all_domains_sym + t->bias, &all) || !all ||
+	    read_u64(fd, all + CH_OCAML53_DOM_INTERNAL_STATE, &state) || !state ||
+	    read_u64(fd, state + CH_OCAML53_MEMPROF, &mp) || !mp || read_u64(fd, mp + CH_OCAML53_MEMPROF_CONFIG, &config) ||
+	    config == 1 /* Val_unit: never started */ || (config & 7) || read_u64(fd, config, &status) ||
+	    status != 1 /* Val_int(CONFIG_STATUS_SAMPLING) */ || read_u64(fd, config + 8, &box) ||
+	    pread(fd, &lambda, sizeof(lambda), (off_t)box) != sizeof(lambda))
+		return -1;
+	return lambda;
+}
+
 static double target_memprof_rate(const struct target *t)
 {
 	char path[64];
 	double lambda = -1;
 	int fd;
 
-	if (!t->rt.memprof_lambda_sym)
+	if (!t->rt.memprof_lambda_sym && !t->rt.all_domains_sym)
 		return -1;
 	snprintf(path, sizeof(path), "/proc/%d/mem", (int)t->pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	if (pread(fd, &lambda, sizeof(lambda), (off_t)(t->rt.memprof_lambda_sym + t->bias)) != sizeof(lambda))
+	if (t->rt.major == 5)
+		lambda = memprof53_rate(t, fd);
+	else if (pread(fd, &lambda, sizeof(lambda), (off_t)(t->rt.memprof_lambda_sym + t->bias)) != sizeof(lambda))
 		lambda = -1;
 	close(fd);
-	return lambda >= 0 && lambda <= 1 ? lambda : -1;
+	return lambda > 0 && lambda <= 1 ? lambda : -1;
 }
 
 /* Does the target still run the image that was parsed, at the same place?
@@ -554,7 +580,7 @@ int record_run(const struct record_opts *o)
 
 	if (target_inspect(&t, msg, sizeof(msg)) < 0)
 		goto fail_target;
-	memprof_rate = t.rt.minor_ok && t.rt.major == 4 ? target_memprof_rate(&t) : -1;
+	memprof_rate = t.rt.minor_ok ? target_memprof_rate(&t) : -1;
 	if (t.rt.major == 5 && t.rt.minor_ok && ex == CH_EXEC_KERNEL) {
 		/* bpf_probe_write_user cannot hold the other domains still
 		 * between its check and its write (bpf/minor5.bpf.h) */

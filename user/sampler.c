@@ -257,6 +257,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_RESET_LIMIT] = s->skel->progs.on_reset_young_limit,
 		[OCAML_PROBE_RESET_LIMIT_RET] = s->skel->progs.on_reset_young_limit_ret,
 		[OCAML_PROBE_REGISTER_FRAMETABLES] = s->skel->progs.on_register_frametables,
+		[OCAML_PROBE_SAMPLE_YOUNG5] = s->skel->progs.on_sample_young5,
 	};
 	struct ch_proc proc = {
 		.load_bias = load_bias,
@@ -324,7 +325,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 			continue;
 		if (i >= OCAML_PROBE_DISPATCH && i <= OCAML_PROBE_REARM_PENDING && !proc.minor_on)
 			continue;
-		if (i == OCAML_PROBE_TRACK_YOUNG && !proc.minor_observe)
+		if ((i == OCAML_PROBE_TRACK_YOUNG || i == OCAML_PROBE_SAMPLE_YOUNG5) && !proc.minor_observe)
 			continue;
 		if (i >= OCAML_PROBE_DISPATCH5 && i <= OCAML_PROBE_RESET_LIMIT_RET && !proc.minor_on)
 			continue;
