@@ -26,7 +26,7 @@ CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncatio
 CFLAGS   += $(shell pkg-config --cflags glib-2.0 json-glib-1.0 2>/dev/null)
 LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread -lprotobuf-c $(shell pkg-config --libs glib-2.0 json-glib-1.0 2>/dev/null)
 
-BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I. -Iinclude -Wall -Wno-unused-function
+BPF_CFLAGS := -O2 -g -target bpf -mcpu=v3 -D__TARGET_ARCH_x86 -I. -Iinclude -Wall -Wno-unused-function
 
 USER_SRCS := $(filter-out user/main.c,$(wildcard user/*.c))
 USER_OBJS := $(patsubst user/%.c,$(BUILD)/user/%.o,$(USER_SRCS)) $(BUILD)/gen/profile.pb-c.o

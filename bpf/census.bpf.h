@@ -56,11 +56,13 @@ struct census_pass {
 	__u32 pending;      /* entries still pending after the pass */
 	__u32 mode;         /* CENSUS_* */
 	__u32 young_n;
+	__u64 unmarked;     /* CENSUS_CLEAN5: caml_global_heap_state.UNMARKED (a header's status bits) */
 };
 
 #define CENSUS_CLEAN 0   /* colour check + resend */
 #define CENSUS_RESEND 1  /* resend pending events only */
 #define CENSUS_COMPACT 2 /* every live entry: relocated */
+#define CENSUS_CLEAN5 3  /* OCaml 5: status check (UNMARKED is dead) + resend */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -98,6 +100,8 @@ static __always_inline int emit_fate(__u8 kind, __u64 id, __u64 addr, __u64 ns, 
 
 /* Follow a sampled block whose sample event was sent.  A full set means
  * it is not followed, which user space learns at once. */
+static __always_inline void census5_track(struct ch_proc *p, struct ch_sample_event *ev);
+
 static __always_inline void census_track(struct ch_proc *p, struct ch_sample_event *ev)
 {
 	struct ch_tracked *e;
@@ -105,6 +109,10 @@ static __always_inline void census_track(struct ch_proc *p, struct ch_sample_eve
 
 	if (!ev->sample_id)
 		return;
+	if (p->ocaml5) {
+		census5_track(p, ev);
+		return;
+	}
 	if (ev->in_minor_heap) {
 		i = p->young_n;
 		e = bpf_map_lookup_elem(&young_tracked, &i);
@@ -194,7 +202,7 @@ static long census_major_step(__u32 i, void *unused)
 	if (!(e->state & CH_TRK_DEAD)) {
 		if (s->mode == CENSUS_COMPACT) {
 			census_set_fate(e, s, CH_FATE_RELOCATED);
-		} else if (s->mode == CENSUS_CLEAN) {
+		} else if (s->mode == CENSUS_CLEAN || s->mode == CENSUS_CLEAN5) {
 			__u64 hd = 0;
 
 			if (e->compactions != s->compactions) {
@@ -205,7 +213,8 @@ static long census_major_step(__u32 i, void *unused)
 			} else if (bpf_probe_read_user(&hd, sizeof(hd), (void *)(e->addr - 8))) {
 				count(CH_CNT_FATE_UNREADABLE, 1);
 				census_set_fate(e, s, CH_FATE_UNKNOWN);
-			} else if (((hd >> 8) & 3) == 0) { /* Is_white_hd: colour bits 8-9 == 0 */
+			} else if (s->mode == CENSUS_CLEAN ? ((hd >> 8) & 3) == 0 /* Is_white_hd: colour bits 8-9 == 0 */
+							   : (hd & 0x300) == s->unmarked /* 5.x shared_heap.h Has_status_hd */) {
 				census_set_fate(e, s, CH_FATE_DEAD_MAJOR);
 			}
 		}
@@ -270,6 +279,9 @@ static __always_inline void census_major_pass(struct ch_proc *p, struct census_p
 	p->major_n = s->n;
 	p->pending_n = s->pending;
 }
+
+static __always_inline struct ch_tracked *census5_major_push(struct ch_proc *p, struct census_pass *s,
+							      const struct ch_tracked *e, __u64 addr, __u32 state);
 
 /* Append a young entry to the major array (filled up to s->n during a
  * minor pass) at address `addr`, with `state`.  NULL if the array is full. */
@@ -428,5 +440,7 @@ int on_compaction(struct pt_regs *ctx)
 	census_major_pass(p, s, CENSUS_COMPACT);
 	return 0;
 }
+
+#include "census5.bpf.h"
 
 #endif

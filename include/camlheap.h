@@ -144,6 +144,9 @@ struct ch_proc {
 	__u64 compact_count_sym;    /* `atomic_uintnat caml_compactions_count` (shared_heap.c), 0 if absent (5.1) */
 	__u32 dom_id_off;           /* offsetof(caml_domain_state, id): 280 in 5.1, 288 in 5.3 */
 	__u32 memprof_trig_off;     /* offsetof(caml_domain_state, memprof_young_trigger): 472 in 5.3, 0 in 5.1 (none) */
+	__u64 heap_state_sym;       /* OCaml 5: `struct global_heap_state caml_global_heap_state` (shared_heap.c) */
+	__u32 major_cap;            /* OCaml 5: entries of major_tracked (slots are taken atomically) */
+	__u32 pad6;
 };
 
 /* OCaml 5: per-domain sampler state, map `domains` (the countdown of

@@ -111,6 +111,15 @@ CHECKS5 = [
     (_minor, "test_minor_exact_at_rate_one", ("5.1.0", "5.3.0")),
     (_minor, "test_minor_outputs_identical_with_and_without_camlheap", ("5.3.0",)),
     (_minor, "test_minor_kill9_never_harms_target", ("5.3.0",)),
+    (_census, "test_live_at_end_matches_the_fixtures_own_count", ("5.1.0", "5.3.0", "5.3.0-fp")),
+    (_census, "test_collapsed_live_value", ("5.3.0",)),
+    (_census, "test_ring_buffer_overflow_loses_no_death", ("5.1.0", "5.3.0")),
+    (_census, "test_full_tracking_set_is_reported", ("5.1.0", "5.3.0")),
+    (_census, "test_compaction_marks_blocks_relocated", ("5.3.0",)),  # 5.1 never moves blocks
+    (_census, "test_compaction_off_keeps_blocks_followed", ("5.3.0",)),
+    (_census, "test_census_finds_the_leak", ("5.1.0", "5.3.0")),
+    (_census, "test_census_wait_major_ends_by_itself", ("5.3.0",)),
+    (_census, "test_census_attaching_to_a_busy_program", ("5.1.0", "5.3.0")),
     (_dynlink, "test_plugin_loaded_while_recording", ("5.1.0", "5.3.0")),
     (_dynlink, "test_plugin_frames_known_before_its_code_runs", ("5.1.0", "5.3.0")),
     (_dynlink, "test_recording_names_plugin_frames", ("5.3.0",)),
@@ -350,21 +359,77 @@ def test_v5_1_0__unmarshal_not_sampled_and_said():
             chtest.check_binomial(rep.samples_at(site, "custom"), words, rate, site)
 
 
-def test_v5_3_0__census_refused_clearly_target_unharmed():
-    """What is not done yet on OCaml 5 is refused with a clear message,
-    and an attached program runs on unharmed."""
-    saved = _with_fixtures("5.3.0")
+def _domains_census(name):
+    """The census across four domains (one spinning): every followed block
+    is accounted for exactly once (dead young, dead in the major heap, or
+    live), each domain's young blocks are judged at its own minor
+    collections, and the blocks the fixture keeps to the end (64 of
+    main_site's) are live, estimated within the sampling variance."""
+    saved = _with_fixtures(name)
     try:
-        w = chtest.Waiting("domains", ["n=2000"])
+        rate = 1e-3
+        rc, out, rep, err = chtest.record_launch([chtest.fixture("domains"), "n=6000"], rate, extra=["--live"])
     finally:
         chtest.FIXTURES = saved
-    r = subprocess.run([chtest.CAMLHEAP, "census", "-p", str(w.pid), "-o", os.path.join(chtest.tmpdir(), "c.txt")],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
-    w.release()
-    rc, out, err = w.finish()
-    assert r.returncode == 2 and b"OCaml 5.3: following sampled blocks to their death is not implemented yet" \
-        in r.stderr, r.stderr
-    assert rc == 0 and "spins 1" in out and len(chtest.parse_truth(out)) == 6, (rc, out)
+    assert rc == 0, err
+    c = rep.census()
+    assert c and c["minor_born"] > 100 and c["dead_minor"] > 100 and c["clean_phases"] >= 1, rep.header
+    assert c["followed"] == c["dead_minor"] + c["dead_major"] + rep.live_blocks_total(), (c, rep.header.get("live"))
+    assert c["promoted"] + c["dead_minor"] <= c["minor_born"], c
+    for s in rep.sites:
+        assert s.get("live", 0) >= 0, s
+    live_main = sum(s.get("live", 0) for s in rep.sites_at("Domains.main_site", "major"))
+    chtest.check_binomial(live_main, 64 * 1001, rate, "Domains.main_site live at the end")
+
+
+def test_v5_1_0__census_across_four_domains():
+    _domains_census("5.1.0")
+
+
+def test_v5_3_0__census_across_four_domains():
+    _domains_census("5.3.0")
+
+
+def test_v5_3_0__fates_agree_with_in_process_memprof_in_another_run():
+    """The fractions of sampled blocks promoted, dead young and dead in the
+    major heap, camlheap's census against the program's own Gc.Memprof
+    tracker (promote, dealloc_minor, dealloc_major), on two runs of the
+    deterministic leak fixture (camlheap never arms a program's own
+    Gc.Memprof on 5.x).  Two-proportion z tests, Bonferroni over the 3 at
+    a family-wise 1 %: |z| <= 2.94."""
+    import math
+    import re
+    saved = _with_fixtures("5.3.0")
+    try:
+        rate = _census.RATE
+        p = subprocess.run([chtest.fixture("leak"), "memprof=%g" % rate], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=300)
+        assert p.returncode == 0, p.stderr
+        rc, out, rep, err = _census.record_launch([chtest.fixture("leak")], rate, extra=["--executor", "ptrace"])
+        assert rc == 0, err
+    finally:
+        chtest.FIXTURES = saved
+    m = re.search(r"MEMPROF_FATES minor=(\d+) promoted=(\d+) dead_minor=(\d+) major=(\d+) dead_major=(\d+)",
+                  p.stdout.decode())
+    assert m, p.stdout
+    mp = dict(zip(("minor", "promoted", "dead_minor", "major", "dead_major"), map(int, m.groups())))
+    c = rep.census()
+    assert c, rep.text[:2000]
+    ours = {"minor": c["minor_born"], "promoted": c["promoted"], "dead_minor": c["dead_minor"],
+            "major": c["followed"] - c["minor_born"], "dead_major": c["dead_major"]}
+
+    def z2(k1, n1, k2, n2):
+        q = (k1 + k2) / (n1 + n2)
+        sd = math.sqrt(q * (1 - q) * (1 / n1 + 1 / n2))
+        return 0.0 if sd == 0 else (k1 / n1 - k2 / n2) / sd
+    for what, k1, n1, k2, n2 in [
+            ("promoted / minor-born", ours["promoted"], ours["minor"], mp["promoted"], mp["minor"]),
+            ("dead young / minor-born", ours["dead_minor"], ours["minor"], mp["dead_minor"], mp["minor"]),
+            ("dead in the major heap / in the major heap", ours["dead_major"], ours["promoted"] + ours["major"],
+             mp["dead_major"], mp["promoted"] + mp["major"])]:
+        assert n1 > 100 and n2 > 100, (what, ours, mp)
+        z = z2(k1, n1, k2, n2)
+        assert abs(z) <= 2.94, "%s: camlheap %d/%d vs Gc.Memprof %d/%d (z = %.2f)" % (what, k1, n1, k2, n2, z)
 
 
 def test_v5_3_0__kill9_never_harms_a_multi_domain_target():

@@ -1,4 +1,4 @@
-/* frametable.c -- OCaml 4.13/4.14 frame descriptors and their debuginfo,
+/* frametable.c -- OCaml frame descriptors (4.13 to 5.3) and their debuginfo,
  * read from the executable file (not from a live process).
  *
  * The walk mirrors next_frame_descr() in 4.13.1 runtime/roots_nat.c:81-100

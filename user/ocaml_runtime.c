@@ -34,6 +34,9 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_RESET_LIMIT_RET] = "caml_reset_young_limit",
 	[OCAML_PROBE_REGISTER_FRAMETABLES] = "caml_register_frametables",
 	[OCAML_PROBE_SAMPLE_YOUNG5] = "caml_memprof_sample_young",
+	[OCAML_PROBE_MINOR5] = "caml_final_update_last_minor",
+	[OCAML_PROBE_CYCLE5] = "caml_cycle_heap_from_stw_single",
+	[OCAML_PROBE_COMPACT5] = "caml_compact_heap",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
@@ -437,8 +440,30 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 				 "the runtime lacks caml_alloc_small_dispatch or caml_reset_young_limit");
 		}
 	}
-	snprintf(rt->census_why, sizeof(rt->census_why),
-		 "OCaml %d.%d: following sampled blocks to their death is not implemented yet", rt->major, rt->minor);
+	{
+		const struct elf_symbol *hs = elf_image_symbol(img, "caml_global_heap_state");
+		bool ok = hs != NULL;
+
+		rt->heap_state_sym = hs ? hs->vaddr : 0;
+		ok = ok && plan_probe(img, probe_symbols[OCAML_PROBE_MINOR5], &rt->probes[OCAML_PROBE_MINOR5]) == 0;
+		/* 5.1 names it caml_cycle_heap_stw (5.1.0 shared_heap.c:882, called by one domain inside
+		 * the barrier of cycle_all_domains_callback, major_gc.c:1217) */
+		ok = ok && plan_argless_probe(img, rt->minor == 1 ? "caml_cycle_heap_stw" : probe_symbols[OCAML_PROBE_CYCLE5],
+					      &rt->probes[OCAML_PROBE_CYCLE5]) == 0;
+		if (ok && rt->minor == 3)
+			ok = plan_argless_probe(img, probe_symbols[OCAML_PROBE_COMPACT5], &rt->probes[OCAML_PROBE_COMPACT5]) == 0;
+		if (ok) {
+			rt->census_ok = true;
+			rt->probes[OCAML_PROBE_MINOR5].present = true;
+			rt->probes[OCAML_PROBE_CYCLE5].present = true;
+			rt->probes[OCAML_PROBE_COMPACT5].present = rt->minor == 3;
+		} else {
+			snprintf(rt->census_why, sizeof(rt->census_why),
+				 "the runtime lacks caml_global_heap_state, caml_final_update_last_minor, "
+				 "caml_cycle_heap_from_stw_single (5.1: caml_cycle_heap_stw) or caml_compact_heap, so "
+				 "sampled blocks cannot be followed to their death");
+		}
+	}
 	return OCAML_OK;
 }
 

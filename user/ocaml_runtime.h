@@ -46,6 +46,10 @@ enum ocaml_probe {
 	OCAML_PROBE_RESET_LIMIT_RET,     /* its return: re-arm */
 	OCAML_PROBE_REGISTER_FRAMETABLES, /* 5.x: caml_register_frametables(void **table, int n): Dynlink (optional) */
 	OCAML_PROBE_SAMPLE_YOUNG5,       /* 5.3: caml_memprof_sample_young(wosize, from_caml, nallocs, lens): observe (optional) */
+	/* OCaml 5 census (bpf/census5.bpf.h): the first two, and the third on 5.3, or none */
+	OCAML_PROBE_MINOR5,              /* caml_final_update_last_minor(caml_domain_state *d) */
+	OCAML_PROBE_CYCLE5,              /* caml_cycle_heap_from_stw_single(void); 5.1: caml_cycle_heap_stw(void) */
+	OCAML_PROBE_COMPACT5,            /* 5.3: caml_compact_heap (Gc.compact) */
 	OCAML_PROBE__COUNT
 };
 
@@ -74,6 +78,7 @@ struct ocaml_runtime {
 	uint64_t minor_count_sym, major_count_sym, compact_count_sym; /* exported GC counters (0: absent) */
 	uint32_t dom_id_off;     /* offsetof(caml_domain_state, id) */
 	uint32_t memprof_trig_off; /* offsetof(caml_domain_state, memprof_young_trigger), 0: none (5.1) */
+	uint64_t heap_state_sym;   /* 5.x: `struct global_heap_state caml_global_heap_state` */
 	uint64_t all_domains_sym;  /* 5.3: link-time vaddr of domain.c's `static dom_internal *all_domains`,
 				    * 0 if unknown (.symtab stripped): to read a running Gc.Memprof's rate */
 	bool frame_pointers;     /* runtime built with --enable-frame-pointers (caml_c_call starts push %rbp; mov %rsp,%rbp) */

@@ -389,9 +389,12 @@ live:
 		fprintf(out,
 			"warning     %" PRIu64 " sampled block%s moved by a compaction (%" PRIu64
 			" seen): they were alive then and are counted live since, location unknown, their "
-			"deaths no longer seen; a compaction runs at Gc.compact () and, automatically, when the "
-			"heap is fragmented: OCAMLRUNPARAM=O=1000000 disables the automatic one\n",
-			p->relocated_blocks, plural(p->relocated_blocks), c[CH_CNT_COMPACTIONS]);
+			"deaths no longer seen; %s\n",
+			p->relocated_blocks, plural(p->relocated_blocks), c[CH_CNT_COMPACTIONS],
+			m->ocaml_version && m->ocaml_version[0] == '5'
+				? "on OCaml 5 a compaction runs only at Gc.compact ()"
+				: "a compaction runs at Gc.compact () and, automatically, when the heap is fragmented: "
+				  "OCAMLRUNPARAM=O=1000000 disables the automatic one");
 	if (p->unfollowed_blocks)
 		fprintf(out,
 			"warning     %" PRIu64 " sampled block%s could not be followed (tracking set full): "

@@ -31,6 +31,7 @@ struct sampler {
 	enum ch_executor executor;
 	bool minor_from_memprof;
 	bool census;
+	uint32_t max_tracked;     /* major_tracked entries (census) */
 	struct ch_proc last_proc; /* the process's state when sampling stopped */
 	bool last_proc_valid;
 	pid_t last_pid;
@@ -171,6 +172,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	s->executor = cfg->executor;
 	s->minor_from_memprof = cfg->minor_from_memprof;
 	s->census = cfg->census;
+	s->max_tracked = cfg->census ? cfg->max_tracked : 1;
 	libbpf_set_print(libbpf_quiet);
 
 	s->skel = alloc_bpf__open();
@@ -186,6 +188,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	bpf_map__set_max_entries(s->skel->maps.events, cfg->ringbuf_bytes);
 	bpf_map__set_max_entries(s->skel->maps.young_tracked, cfg->census ? sampler_young_capacity(cfg->rate) : 1);
 	bpf_map__set_max_entries(s->skel->maps.major_tracked, cfg->census ? cfg->max_tracked : 1);
+	bpf_map__set_max_entries(s->skel->maps.young5, cfg->census ? sampler_young_capacity(cfg->rate) : 1);
 	ret = alloc_bpf__load(s->skel);
 	if (ret) {
 		ret = ret < 0 ? ret : -errno;
@@ -258,6 +261,9 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_RESET_LIMIT_RET] = s->skel->progs.on_reset_young_limit_ret,
 		[OCAML_PROBE_REGISTER_FRAMETABLES] = s->skel->progs.on_register_frametables,
 		[OCAML_PROBE_SAMPLE_YOUNG5] = s->skel->progs.on_sample_young5,
+		[OCAML_PROBE_MINOR5] = s->skel->progs.on_minor5,
+		[OCAML_PROBE_CYCLE5] = s->skel->progs.on_cycle5,
+		[OCAML_PROBE_COMPACT5] = s->skel->progs.on_compaction5,
 	};
 	struct ch_proc proc = {
 		.load_bias = load_bias,
@@ -276,6 +282,8 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		.compact_count_sym = rt->compact_count_sym,
 		.dom_id_off = rt->dom_id_off,
 		.memprof_trig_off = rt->memprof_trig_off,
+		.heap_state_sym = rt->heap_state_sym,
+		.major_cap = s->max_tracked,
 	};
 	int order[OCAML_PROBE__COUNT], norder = 0;
 	__u32 key = pid;
@@ -304,8 +312,11 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 	 * missed while attaching would leave its address meaningless). */
 	for (int i = OCAML_PROBE_MINOR_UPDATE; i <= OCAML_PROBE_COMPACTION; i++)
 		order[norder++] = i;
+	for (int i = OCAML_PROBE_MINOR5; i <= OCAML_PROBE_COMPACT5; i++)
+		order[norder++] = i;
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
-		if (i < OCAML_PROBE_MINOR_UPDATE || i > OCAML_PROBE_COMPACTION)
+		if ((i < OCAML_PROBE_MINOR_UPDATE || i > OCAML_PROBE_COMPACTION) &&
+		    (i < OCAML_PROBE_MINOR5 || i > OCAML_PROBE_COMPACT5))
 			order[norder++] = i;
 	/* a uretprobe's return half must be in place before its entry half
 	 * can fire (CUSTOM_MEM keeps state for CUSTOM_MEM_RET): returns last
@@ -329,7 +340,8 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 			continue;
 		if (i >= OCAML_PROBE_DISPATCH5 && i <= OCAML_PROBE_RESET_LIMIT_RET && !proc.minor_on)
 			continue;
-		if (i >= OCAML_PROBE_MINOR_UPDATE && i <= OCAML_PROBE_COMPACTION && !proc.census_on)
+		if (((i >= OCAML_PROBE_MINOR_UPDATE && i <= OCAML_PROBE_COMPACTION) ||
+		     (i >= OCAML_PROBE_MINOR5 && i <= OCAML_PROBE_COMPACT5)) && !proc.census_on)
 			continue;
 		s->links[i] = bpf_program__attach_uprobe_opts(progs[i], pid, exe, rt->probes[i].file_offset, &opts);
 		if (!s->links[i]) {
