@@ -475,9 +475,56 @@ static const char *const executor_names[] = {
 };
 
 /* --executor auto|kernel|ptrace|observe -> the executor that will run. */
-static int choose_executor(enum record_executor want, enum ch_executor *ex, char *msg, size_t len)
+/* Is the program that will be profiled an OCaml 5 one?  Read before the
+ * executor is chosen: the kernel executor cannot write OCaml 5's
+ * young_limit safely (bpf/minor5.bpf.h), so `auto` takes ptrace for it.
+ * `exe` is /proc/PID/exe or the command (looked up in PATH); false when it
+ * cannot be read (the later inspection reports that). */
+static bool program_is_ocaml5(pid_t pid, const char *cmd)
+{
+	char path[4096], v[32];
+	struct elf_image *img = NULL;
+	bool five = false;
+
+	if (pid > 0) {
+		snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+	} else if (cmd && strchr(cmd, '/')) {
+		snprintf(path, sizeof(path), "%s", cmd);
+	} else if (cmd) {
+		const char *env = getenv("PATH"), *p = env ? env : "/usr/bin:/bin";
+
+		path[0] = 0;
+		while (*p) {
+			size_t n = strcspn(p, ":");
+
+			snprintf(path, sizeof(path), "%.*s/%s", (int)n, p, cmd);
+			if (access(path, X_OK) == 0)
+				break;
+			path[0] = 0;
+			p += n + (p[n] == ':');
+		}
+		if (!path[0])
+			return false;
+	} else {
+		return false;
+	}
+	if (elf_image_open(path, &img) < 0)
+		return false;
+	five = elf_image_find_ocaml_version(img, v, sizeof(v)) == 0 && v[0] == '5';
+	elf_image_close(img);
+	return five;
+}
+
+static int choose_executor(enum record_executor want, bool ocaml5, enum ch_executor *ex, char *msg, size_t len)
 {
 	int allowed;
+
+	if (want == RECORD_EXEC_AUTO && ocaml5) {
+		/* on OCaml 5 only the ptrace executor can hold the other domains
+		 * still around a young_limit write (bpf/minor5.bpf.h) */
+		*ex = CH_EXEC_PTRACE;
+		return 0;
+	}
 
 	switch (want) {
 	case RECORD_EXEC_PTRACE:
@@ -548,7 +595,8 @@ int record_run(const struct record_opts *o)
 		fprintf(stderr, "camlheap: %s\n", msg);
 		return 2;
 	}
-	if (choose_executor(o->executor, &ex, msg, sizeof(msg)) < 0) {
+	if (choose_executor(o->executor, program_is_ocaml5(o->argv ? 0 : o->pid, o->argv ? o->argv[0] : NULL), &ex, msg,
+			    sizeof(msg)) < 0) {
 		fprintf(stderr, "camlheap: %s\n", msg);
 		return 2;
 	}
