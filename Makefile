@@ -17,7 +17,7 @@ OCAMLOPT ?= ocamlopt
 DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-dev pkg-config make gcc \
             ocaml-nox python3 python3-pyelftools procps util-linux strace \
             protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libjson-glib-dev \
-            libclang-rt-14-dev libdevel-nytprof-perl chromium libxml2-utils
+            libclang-rt-14-dev libdevel-nytprof-perl chromium libxml2-utils gdb
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD) \
