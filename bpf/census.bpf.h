@@ -1,6 +1,7 @@
 /* census.bpf.h -- follow every sampled block of an OCaml 4.13/4.14
  * process until the collector frees it (ARCHITECTURE.md §6,
- * ocaml-runtime.md §4).  Included by alloc.bpf.c before minor.bpf.h.
+ * ocaml-runtime.md §4).  Included by alloc.bpf.c before minor.bpf.h;
+ * OCaml 5's variant is census5.bpf.h, included at its end.
  *
  * Sets: `young_tracked` holds the sampled blocks of the current minor
  * cycle, `major_tracked` those in the major heap.  Both are arrays filled
@@ -279,9 +280,6 @@ static __always_inline void census_major_pass(struct ch_proc *p, struct census_p
 	p->major_n = s->n;
 	p->pending_n = s->pending;
 }
-
-static __always_inline struct ch_tracked *census5_major_push(struct ch_proc *p, struct census_pass *s,
-							      const struct ch_tracked *e, __u64 addr, __u32 state);
 
 /* Append a young entry to the major array (filled up to s->n during a
  * minor pass) at address `addr`, with `state`.  NULL if the array is full. */
