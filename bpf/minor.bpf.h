@@ -41,6 +41,29 @@
 const volatile __u32 executor = CH_EXEC_OBSERVE;
 const volatile __u32 tracer_tgid = 0;
 
+/* May the ptrace executor stop the current thread with SIGURG?  Not if the
+ * thread blocks SIGURG (OCaml 5's domain backup threads block every signal:
+ * the stop would never come, and the signal would stay pending), nor if the
+ * program handles SIGURG itself: a SIGURG still queued when camlheap dies
+ * (kill -9) would reach the program's handler.  Counted; the write is not
+ * made (a sample point may then pass, counted as missed). */
+static __always_inline bool sigurg_usable(struct task_struct *task)
+{
+	struct sighand_struct *sh = BPF_CORE_READ(task, sighand);
+	__u64 handler = 0;
+
+	if (BPF_CORE_READ(task, blocked.sig[0]) & (1ULL << (CH_SIGURG - 1))) {
+		count(CH_CNT_SIGURG_BLOCKED, 1);
+		return false;
+	}
+	if (!sh || bpf_core_read(&handler, sizeof(handler), &sh->action[CH_SIGURG - 1].sa.sa_handler) ||
+	    handler > 1 /* neither SIG_DFL nor SIG_IGN */) {
+		count(CH_CNT_SIGURG_HANDLED, 1);
+		return false;
+	}
+	return true;
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
@@ -200,6 +223,8 @@ static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_vi
 			count(CH_CNT_WRITE_SKIPPED, 1);
 			return;
 		}
+		if (!sigurg_usable(task))
+			return;
 		if (bpf_map_update_elem(&write_req, &tid, &req, BPF_ANY))
 			return;
 		if (bpf_send_signal_thread(CH_SIGURG)) {

@@ -112,7 +112,12 @@ static __always_inline void minor5_sync_epoch(struct ch_domain *d, struct minor_
 static __always_inline void minor5_skip_passed(struct ch_domain *d, struct minor_view *v, __u64 top)
 {
 	if (d->minor_trig && d->minor_trig > top) {
-		count(CH_CNT_MISSED, 1);
+		/* passed while the program's own Gc.Memprof held the heap (never
+		 * armed then): not a lost write, counted apart */
+		if (v->memprof_trig > v->start && v->memprof_trig <= v->end)
+			count(CH_CNT_MEMPROF_ACTIVE, 1);
+		else
+			count(CH_CNT_MISSED, 1);
 		d->minor_trig = minor_point_below(v, top, geom_draw());
 	}
 }
@@ -147,6 +152,8 @@ static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_doma
 		count(CH_CNT_WRITE_SKIPPED, 1);
 		return;
 	}
+	if (!sigurg_usable(task))
+		return;
 	req.addr = v->cs;
 	req.expect = v->limit;
 	req.value = want;

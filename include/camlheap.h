@@ -99,6 +99,8 @@ enum ch_counter {
 	CH_CNT_YOUNG_CHECKED,      /* young entries examined at minor collections */
 	CH_CNT_MAJOR_CHECKED,      /* major entries examined at clean phases */
 	CH_CNT_MEMPROF_ACTIVE,     /* OCaml 5: arms skipped because the program's own Gc.Memprof was sampling */
+	CH_CNT_SIGURG_BLOCKED,     /* writes not made: the thread blocks SIGURG (OCaml 5 backup threads) */
+	CH_CNT_SIGURG_HANDLED,     /* writes not made: the program handles SIGURG itself */
 	CH_CNT__COUNT
 };
 

@@ -376,6 +376,27 @@ static void serve(struct ptexec *x)
 /* Detach everything: interrupt each thread, finish a write still queued
  * for it (its SIGURG is queued behind the interrupt trap, so let it run
  * into it once more), then detach with the thread's own signal. */
+/* Does thread `tid` block SIGURG?  (/proc/PID/task/TID/status SigBlk) */
+static bool sigurg_blocked(pid_t pid, pid_t tid)
+{
+	char path[64], line[256];
+	unsigned long long mask = 0;
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "SigBlk: %llx", &mask) == 1) {
+			found = true;
+			break;
+		}
+	fclose(f);
+	return found && (mask & (1ULL << (SIGURG - 1)));
+}
+
 static void drain(struct ptexec *x)
 {
 	for (size_t i = 0; i < x->ntids; i++)
@@ -406,9 +427,15 @@ static void drain(struct ptexec *x)
 			ptrace(PTRACE_DETACH, t, 0, (void *)(long)sig);
 			tid_remove(x, t);
 		} else if (ev == PTRACE_EVENT_STOP) {
-			if (x->req_fd >= 0 && bpf_map_lookup_elem(x->req_fd, &key, &req) == 0) {
+			if (x->req_fd >= 0 && bpf_map_lookup_elem(x->req_fd, &key, &req) == 0 &&
+			    !sigurg_blocked(x->pid, t)) {
 				ptrace(PTRACE_CONT, t, 0, 0);
 			} else {
+				/* (a thread that blocks SIGURG would never stop for
+				 * it: the probes do not queue for such threads, but
+				 * never wait for one) */
+				if (x->req_fd >= 0)
+					bpf_map_delete_elem(x->req_fd, &key);
 				ptrace(PTRACE_DETACH, t, 0, 0); /* a group-stop survives the detach */
 				tid_remove(x, t);
 			}

@@ -645,8 +645,9 @@ int record_run(const struct record_opts *o)
 		meta.minor_source = "read-only, from the program's own Gc.Memprof, at its rate";
 		fprintf(stderr,
 			"camlheap: PID %d runs Gc.Memprof at rate %g: camlheap takes its minor samples read-only and "
-			"samples everything at that rate%s; --executor ptrace samples at your own rate alongside it\n",
-			t.pid, memprof_rate, cfg.rate != o->rate ? " (--rate is not used)" : "");
+			"samples everything at that rate%s%s\n",
+			t.pid, memprof_rate, cfg.rate != o->rate ? " (--rate is not used)" : "",
+			t.rt.major == 5 ? "" : "; --executor ptrace samples at your own rate alongside it");
 	} else if (!t.rt.minor_ok) {
 		meta.minor_off_why = t.rt.minor_why;
 		/* nothing to write: the command goes untraced, but only once

@@ -403,8 +403,12 @@ live:
 	if (c[CH_CNT_FATE_STALE])
 		fprintf(out,
 			"warning     %" PRIu64 " sampled block%s met a collection or compaction that no probe saw "
-			"(camlheap was still attaching): fate unknown, counted live\n",
-			c[CH_CNT_FATE_STALE], plural(c[CH_CNT_FATE_STALE]));
+			"(%s): fate unknown, counted live\n",
+			c[CH_CNT_FATE_STALE], plural(c[CH_CNT_FATE_STALE]),
+			m->ocaml_version && m->ocaml_version[0] == '5'
+				? "camlheap was still attaching, or young blocks of a domain that ended before its next "
+				  "minor collection, judged when another domain took its id"
+				: "camlheap was still attaching");
 	if (p->unknown_fate_blocks)
 		fprintf(out,
 			"warning     %" PRIu64 " sampled block%s had an unreadable header at a collection: fate "
@@ -564,18 +568,31 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 				"process stopped (no domain's interrupt can be overwritten); %" PRIu64
 				" given up (a thread did not stop within 200 ms)\n",
 				m->exec_freezes, m->exec_freeze_timeouts);
-		if (c[CH_CNT_MEMPROF_ACTIVE])
+		if (c[CH_CNT_SIGURG_BLOCKED] || c[CH_CNT_SIGURG_HANDLED])
 			fprintf(out,
-				"            %" PRIu64 " arms skipped while the program's own Gc.Memprof was sampling "
-				"(its trigger drives young_limit then; camlheap never writes it)\n",
-				c[CH_CNT_MEMPROF_ACTIVE]);
+				"            %" PRIu64 " writes not made for threads that block SIGURG (OCaml 5 backup "
+				"threads acting for a blocked domain), %" PRIu64 " because the program handles SIGURG "
+				"itself (a signal left queued by a killed camlheap would reach its handler)\n",
+				c[CH_CNT_SIGURG_BLOCKED], c[CH_CNT_SIGURG_HANDLED]);
 	}
 	census_header(out, p, m);
+	if (c[CH_CNT_MEMPROF_ACTIVE])
+		fprintf(out,
+			"warning     the program ran its own Gc.Memprof while recorded: camlheap never arms a minor heap "
+			"under it (OCaml 5; %" PRIu64 " arms skipped), so minor-heap allocations made while it sampled "
+			"are not in this profile; attach (-p) while it runs to take its own samples instead\n",
+			c[CH_CNT_MEMPROF_ACTIVE]);
 	if (c[CH_CNT_MISSED])
 		fprintf(out,
-			"warning     %" PRIu64 " minor sample points were passed without a trap (a young_limit write "
-			"lost or late): the minor estimates are low by about %" PRIu64 " samples\n",
-			c[CH_CNT_MISSED], c[CH_CNT_MISSED]);
+			"warning     %" PRIu64 " minor sample points were passed without a trap (%s): the minor "
+			"estimates are low by about %" PRIu64 " samples\n",
+			c[CH_CNT_MISSED],
+			c[CH_CNT_SIGURG_HANDLED] ? "the program handles SIGURG itself, so camlheap does not stop its "
+						   "threads to write young_limit"
+			: c[CH_CNT_SIGURG_BLOCKED] ? "a young_limit write lost or late, or not made for a thread "
+						     "that blocks SIGURG"
+						   : "a young_limit write lost or late",
+			c[CH_CNT_MISSED]);
 	if (c[CH_CNT_SIGNAL_FAILED])
 		fprintf(out, "warning     %" PRIu64 " young_limit writes could not be signalled to their thread\n",
 			c[CH_CNT_SIGNAL_FAILED]);
