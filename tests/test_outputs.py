@@ -141,18 +141,18 @@ def test_json_is_consistent_and_matches_the_truth():
     assert rc == 0, se
     doc = json.load(open(path))
     assert doc["format"] == "camlheap-report" and doc["version"] == 2
-    assert doc["run"]["rate"] == rate and doc["run"]["end_reason"] == "target exited with status 0"
+    assert doc["run"]["rate"] == rate and doc["run"]["end_reason"] == "target exited with status 0", doc["run"]
     sites, stacks = doc["sites"], doc["stacks"]
-    assert sum(s["samples"] for s in sites) == doc["totals"]["samples"]
-    assert sum(doc["totals"]["samples_by_kind"].values()) == doc["totals"]["samples"]
+    assert sum(s["samples"] for s in sites) == doc["totals"]["samples"], doc["totals"]
+    assert sum(doc["totals"]["samples_by_kind"].values()) == doc["totals"]["samples"], doc["totals"]
     for s in sites:
         est = s["bytes"]["estimate"]
-        assert abs(est - s["samples"] / rate * 8) < 1e-6 * max(1, est)
+        assert abs(est - s["samples"] / rate * 8) < 1e-6 * max(1, est), s
         lo, hi = s["bytes"]["ci95"]
-        assert lo <= est <= hi
-        assert s["stack"] is None or 0 <= s["stack"] < len(stacks)
-        assert s["objects_estimate"] >= s["sampled_blocks"]
-        assert 0 <= s["live"]["samples"] <= s["samples"]
+        assert lo <= est <= hi, s
+        assert s["stack"] is None or 0 <= s["stack"] < len(stacks), s
+        assert s["objects_estimate"] >= s["sampled_blocks"], s
+        assert 0 <= s["live"]["samples"] <= s["samples"], s
     c = doc["census"]
     assert c["followed_blocks"] == c["dead_minor"] + c["dead_major"] + c["live_blocks"], c
     assert c["live_samples"] == sum(s["live"]["samples"] for s in sites)
@@ -167,7 +167,9 @@ def test_json_is_consistent_and_matches_the_truth():
     frames = doc["frames"]
     assert all("function" in f and "pc" in f for f in frames)
     for st in stacks:
-        assert st["frames"] and all(0 <= i < len(frames) for i in st["frames"])
+        # no frames only for the runtime's own C start-up allocations (a
+        # clean, empty walk: sampled now and then at this rate)
+        assert (st["frames"] or st["walk"] == "clean") and all(0 <= i < len(frames) for i in st["frames"]), st
     # each frame once: stacks share them by index
     assert len({(f["pc"], f["function"], f.get("inlined")) for f in frames}) == len(frames)
 

@@ -306,8 +306,9 @@ def _domains(name):
     """Four domains, one spinning without allocating: every site's
     estimate, in the minor heaps and in the major heap, is binomial around
     its truth, each site is attributed to the domain that really ran it, no
-    minor sample point was passed untrapped, and the program ends normally
-    (no stop-the-world was lost to a young_limit write)."""
+    minor sample point was passed untrapped except after a write not made
+    for a backup thread, and the program ends normally (no stop-the-world
+    was lost to a young_limit write)."""
     saved = _with_fixtures(name)
     try:
         rate = 1e-3
@@ -324,7 +325,10 @@ def _domains(name):
         assert found, fn
         assert {s["domain"] for s, _, _ in found} == {doms[site]}, (fn, [s["domain"] for s, _, _ in found], doms)
         chtest.check_binomial(sum(s["samples"] for s, _, _ in found), words, rate, fn)
-    assert j["run"]["minor"]["missed"] == 0, j["run"]["minor"]
+    # a point can be passed only after a write that was not made because the
+    # thread that reset the limit was a domain's backup thread (it blocks
+    # SIGURG: it acts for a domain blocked in a system call)
+    assert j["run"]["minor"]["missed"] <= j["run"]["minor"]["not_armed_sigurg_blocked"], j["run"]["minor"]
     by_dom = j["totals"]["samples_by_domain"]
     assert {int(d) for d in by_dom} >= set(doms.values()), by_dom
 

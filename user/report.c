@@ -956,6 +956,8 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 		json_member_int(jb, "cycles", (int64_t)c[CH_CNT_EPOCHS]);
 		json_member_int(jb, "missed", (int64_t)c[CH_CNT_MISSED]);
 		json_member_int(jb, "untracked", (int64_t)c[CH_CNT_UNTRACKED]);
+		json_member_int(jb, "not_armed_sigurg_blocked", (int64_t)c[CH_CNT_SIGURG_BLOCKED]);
+		json_member_int(jb, "not_armed_sigurg_handled", (int64_t)c[CH_CNT_SIGURG_HANDLED]);
 		json_builder_end_object(jb);
 	}
 	json_member_int(jb, "start_unix_ns", m->start_unix_ns);
