@@ -274,7 +274,9 @@ static __always_inline void census_major_pass(struct ch_proc *p, struct census_p
 {
 	s->mode = mode;
 	s->cursor = 0;
-	s->n = p->major_n;
+	/* OCaml 5 takes slots with atomic adds, which can overshoot the
+	 * array by the CPUs racing for its last slot */
+	s->n = p->major_n < p->major_cap ? p->major_n : p->major_cap;
 	s->pending = 0;
 	bpf_loop(1 << 23, census_major_step, NULL, 0);
 	p->major_n = s->n;
@@ -393,6 +395,21 @@ int on_minor_update(struct pt_regs *ctx)
 	return 0;
 }
 
+/* The end of a major cycle's marking (4.x clean phase, 5.x heap cycling):
+ * judge the major set by `mode`'s rule, then a numbered note, so that a
+ * lost note is seen (user space fills the gap); births after this carry
+ * the new number. */
+static __always_inline void census_clean_phase(struct ch_proc *p, struct census_pass *s, __u32 mode, __u64 t0)
+{
+	count(CH_CNT_MAJOR_CHECKED, p->major_n);
+	census_major_pass(p, s, mode);
+	p->clean_phases++;
+	if (emit_fate_note(CH_NOTE_MAJOR_CLEAN, 0, 0, s->now_ns, s->minor_gcs, s->major_gcs, s->tgid, p->major_n,
+			   p->clean_phases))
+		count(CH_CNT_DROPPED, 1);
+	count(CH_CNT_CENSUS_MAJOR_NS, bpf_ktime_get_ns() - t0);
+}
+
 /* caml_memprof_update_clean_phase: marking is over, white blocks are dead. */
 SEC("uprobe")
 int on_clean_phase(struct pt_regs *ctx)
@@ -408,15 +425,7 @@ int on_clean_phase(struct pt_regs *ctx)
 	s = census_begin(p, &cs);
 	if (!s)
 		return 0;
-	count(CH_CNT_MAJOR_CHECKED, p->major_n);
-	census_major_pass(p, s, CENSUS_CLEAN);
-	/* numbered, so that a lost note is seen (user space fills the gap);
-	 * births after this carry the new number */
-	p->clean_phases++;
-	if (emit_fate_note(CH_NOTE_MAJOR_CLEAN, 0, 0, s->now_ns, s->minor_gcs, s->major_gcs, s->tgid, p->major_n,
-			   p->clean_phases))
-		count(CH_CNT_DROPPED, 1);
-	count(CH_CNT_CENSUS_MAJOR_NS, bpf_ktime_get_ns() - t0);
+	census_clean_phase(p, s, CENSUS_CLEAN, t0);
 	return 0;
 }
 

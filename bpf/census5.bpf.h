@@ -208,17 +208,6 @@ int BPF_KPROBE(on_minor5, __u64 dom)
 	return 0;
 }
 
-static __always_inline void census5_major_pass(struct ch_proc *p, struct census_pass *s, __u32 mode)
-{
-	s->mode = mode;
-	s->cursor = 0;
-	s->n = p->major_n < p->major_cap ? p->major_n : p->major_cap;
-	s->pending = 0;
-	bpf_loop(1 << 23, census_major_step, NULL, 0);
-	p->major_n = s->n;
-	p->pending_n = s->pending;
-}
-
 /* caml_cycle_heap_from_stw_single(): marking is over in every domain; an
  * UNMARKED block is dead.  The world is stopped: nothing else touches the
  * sets meanwhile. */
@@ -237,13 +226,7 @@ int on_cycle5(struct pt_regs *ctx)
 	s = census5_begin(p, 0, &id);
 	if (!s || bpf_probe_read_user(&s->unmarked, sizeof(s->unmarked), (void *)(p->heap_state_sym + p->load_bias + 8)))
 		return 0;
-	count(CH_CNT_MAJOR_CHECKED, p->major_n);
-	census5_major_pass(p, s, CENSUS_CLEAN5);
-	p->clean_phases++;
-	if (emit_fate_note(CH_NOTE_MAJOR_CLEAN, 0, 0, s->now_ns, s->minor_gcs, s->major_gcs, s->tgid, p->major_n,
-			   p->clean_phases))
-		count(CH_CNT_DROPPED, 1);
-	count(CH_CNT_CENSUS_MAJOR_NS, bpf_ktime_get_ns() - t0);
+	census_clean_phase(p, s, CENSUS_CLEAN5, t0);
 	return 0;
 }
 
@@ -261,7 +244,7 @@ int on_compaction5(struct pt_regs *ctx)
 	s = census5_begin(p, 0, &id);
 	if (!s)
 		return 0;
-	census5_major_pass(p, s, CENSUS_COMPACT);
+	census_major_pass(p, s, CENSUS_COMPACT);
 	return 0;
 }
 

@@ -63,9 +63,11 @@ static __always_inline __u64 unwind_mix(__u64 h, __u64 v)
 	return h;
 }
 
-static long unwind_step(__u32 i, void *data)
+/* Frame i of a walk, both versions: the descriptor of u->pc (the
+ * executable's table by link-time address, then plugins' by runtime
+ * address), the pc recorded and hashed.  NULL ends the walk (unknown pc). */
+static __always_inline struct ch_frame_val *unwind_record(struct ocaml_walk *u, __u32 i)
 {
-	struct ocaml_walk *u = data;
 	struct ch_frame_key key = { .retaddr = u->pc - u->bias };
 	struct ch_frame_val *d;
 	__u32 idx = i;
@@ -75,7 +77,7 @@ static long unwind_step(__u32 i, void *data)
 	asm volatile("" : "+r"(idx));
 	idx &= CH_MAX_FRAMES - 1;
 	if (i >= CH_MAX_FRAMES)
-		return 1;
+		return NULL;
 	d = bpf_map_lookup_elem(&frametable, &key);
 	if (!d) {
 		key.retaddr = u->pc;
@@ -83,11 +85,21 @@ static long unwind_step(__u32 i, void *data)
 	}
 	if (!d) {
 		u->term = CH_TERM_UNKNOWN_PC;
-		return 1;
+		return NULL;
 	}
 	u->ev->frames[idx] = u->pc;
 	u->nframes = i + 1;
 	u->hash = unwind_mix(u->hash, u->pc);
+	return d;
+}
+
+static long unwind_step(__u32 i, void *data)
+{
+	struct ocaml_walk *u = data;
+	struct ch_frame_val *d = unwind_record(u, i);
+
+	if (!d)
+		return 1;
 
 	if (d->frame_size != CH_FRAME_RETURN_TO_C) {
 		u->sp += d->frame_size & 0xFFFC;
@@ -195,27 +207,11 @@ static __always_inline int unwind5_enter(struct ocaml_walk *u, __u64 stack)
 static long unwind5_step(__u32 i, void *data)
 {
 	struct ocaml_walk *u = data;
-	struct ch_frame_key key = { .retaddr = u->pc - u->bias };
-	struct ch_frame_val *d;
+	struct ch_frame_val *d = unwind_record(u, i);
 	__u64 handler = 0, parent = 0;
-	__u32 idx = i;
 
-	asm volatile("" : "+r"(idx));
-	idx &= CH_MAX_FRAMES - 1;
-	if (i >= CH_MAX_FRAMES)
+	if (!d)
 		return 1;
-	d = bpf_map_lookup_elem(&frametable, &key);
-	if (!d) {
-		key.retaddr = u->pc;
-		d = bpf_map_lookup_elem(&frametable_rt, &key);
-	}
-	if (!d) {
-		u->term = CH_TERM_UNKNOWN_PC;
-		return 1;
-	}
-	u->ev->frames[idx] = u->pc;
-	u->nframes = i + 1;
-	u->hash = unwind_mix(u->hash, u->pc);
 
 	if (d->frame_size != CH_FRAME_RETURN_TO_C) {
 		u->sp += d->frame_size & 0xFFFC;

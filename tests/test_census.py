@@ -82,6 +82,29 @@ def test_collapsed_live_value():
     assert "Leak.churn_young" not in by_leaf, by_leaf
 
 
+def check_fates(ours, mp):
+    """camlheap's census counts against Gc.Memprof's tracker's, both
+    {minor, promoted, dead_minor, major, dead_major} in sampled blocks: the
+    fractions promoted, dead young and dead in the major heap agree.
+    Two-proportion z tests, Bonferroni over the 3 at a family-wise 1 %:
+    |z| <= 2.94."""
+    def z2(k1, n1, k2, n2):
+        p = (k1 + k2) / (n1 + n2)
+        sd = math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
+        return 0.0 if sd == 0 else (k1 / n1 - k2 / n2) / sd
+
+    checks = [
+        ("promoted / minor-born", ours["promoted"], ours["minor"], mp["promoted"], mp["minor"]),
+        ("dead young / minor-born", ours["dead_minor"], ours["minor"], mp["dead_minor"], mp["minor"]),
+        ("dead in the major heap / in the major heap",
+         ours["dead_major"], ours["promoted"] + ours["major"], mp["dead_major"], mp["promoted"] + mp["major"]),
+    ]
+    for what, k1, n1, k2, n2 in checks:
+        assert n1 > 100 and n2 > 100, (what, ours, mp)
+        z = z2(k1, n1, k2, n2)
+        assert abs(z) <= 2.94, "%s: camlheap %d/%d vs Gc.Memprof %d/%d (z = %.2f)" % (what, k1, n1, k2, n2, z)
+
+
 def test_fates_agree_with_in_process_memprof():
     """Gc.Memprof's own tracker (promote, dealloc_minor, dealloc_major) and
     camlheap, sampling the same run independently at the same rate: the
@@ -103,21 +126,7 @@ def test_fates_agree_with_in_process_memprof():
     ours = {"minor": c["minor_born"], "promoted": c["promoted"], "dead_minor": c["dead_minor"],
             "major": c["followed"] - c["minor_born"], "dead_major": c["dead_major"]}
 
-    def z2(k1, n1, k2, n2):
-        p = (k1 + k2) / (n1 + n2)
-        sd = math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
-        return 0.0 if sd == 0 else (k1 / n1 - k2 / n2) / sd
-
-    checks = [
-        ("promoted / minor-born", ours["promoted"], ours["minor"], mp["promoted"], mp["minor"]),
-        ("dead young / minor-born", ours["dead_minor"], ours["minor"], mp["dead_minor"], mp["minor"]),
-        ("dead in the major heap / in the major heap",
-         ours["dead_major"], ours["promoted"] + ours["major"], mp["dead_major"], mp["promoted"] + mp["major"]),
-    ]
-    for what, k1, n1, k2, n2 in checks:
-        assert n1 > 100 and n2 > 100, (what, ours, mp)
-        z = z2(k1, n1, k2, n2)
-        assert abs(z) <= 2.94, "%s: camlheap %d/%d vs Gc.Memprof %d/%d (z = %.2f)" % (what, k1, n1, k2, n2, z)
+    check_fates(ours, mp)
 
 
 def test_ring_buffer_overflow_loses_no_death():

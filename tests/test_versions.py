@@ -400,7 +400,6 @@ def test_v5_3_0__fates_agree_with_in_process_memprof_in_another_run():
     deterministic leak fixture (camlheap never arms a program's own
     Gc.Memprof on 5.x).  Two-proportion z tests, Bonferroni over the 3 at
     a family-wise 1 %: |z| <= 2.94."""
-    import math
     import re
     saved = _with_fixtures("5.3.0")
     try:
@@ -421,18 +420,7 @@ def test_v5_3_0__fates_agree_with_in_process_memprof_in_another_run():
     ours = {"minor": c["minor_born"], "promoted": c["promoted"], "dead_minor": c["dead_minor"],
             "major": c["followed"] - c["minor_born"], "dead_major": c["dead_major"]}
 
-    def z2(k1, n1, k2, n2):
-        q = (k1 + k2) / (n1 + n2)
-        sd = math.sqrt(q * (1 - q) * (1 / n1 + 1 / n2))
-        return 0.0 if sd == 0 else (k1 / n1 - k2 / n2) / sd
-    for what, k1, n1, k2, n2 in [
-            ("promoted / minor-born", ours["promoted"], ours["minor"], mp["promoted"], mp["minor"]),
-            ("dead young / minor-born", ours["dead_minor"], ours["minor"], mp["dead_minor"], mp["minor"]),
-            ("dead in the major heap / in the major heap", ours["dead_major"], ours["promoted"] + ours["major"],
-             mp["dead_major"], mp["promoted"] + mp["major"])]:
-        assert n1 > 100 and n2 > 100, (what, ours, mp)
-        z = z2(k1, n1, k2, n2)
-        assert abs(z) <= 2.94, "%s: camlheap %d/%d vs Gc.Memprof %d/%d (z = %.2f)" % (what, k1, n1, k2, n2, z)
+    _census.check_fates(ours, mp)
 
 
 def test_v5_3_0__kill9_never_harms_a_multi_domain_target():
