@@ -20,16 +20,24 @@
  * an interrupt stored after it wins as usual.  The write is skipped if
  * young_limit changed since the probe or is UINTNAT_MAX (action_pending
  * is no reason: 5.x sets it at every caml_reset_young_limit, and raising
- * young_limit towards young_ptr can only make a trap come earlier).  If camlheap dies, a raised young_limit costs one spurious trap
- * (the domain's next caml_reset_young_limit lowers it); nothing else is
- * written, ever (memprof_young_trigger never: an armed trigger crashes 5.3
- * without a Gc.Memprof configuration, ocaml-runtime.md §2.3).
+ * young_limit towards young_ptr can only make a trap come earlier).  If
+ * camlheap dies, a raised young_limit costs one spurious trap (the
+ * domain's next caml_reset_young_limit lowers it).
+ *
+ * The kernel executor (bpf_probe_write_user, no freeze possible) does not
+ * write young_limit at all: it lends the domain's young_trigger to
+ * caml_reset_young_limit, which publishes the limit itself (see
+ * minor5_lend_trigger).  memprof_young_trigger is never written by either
+ * (an armed trigger crashes 5.3 without a Gc.Memprof configuration,
+ * ocaml-runtime.md §2.3).
  *
  * Probes (C functions called from C only, so uretprobes are safe):
  *   caml_alloc_small_dispatch entry and return;
- *   caml_reset_young_limit return: the runtime has just published its own
- *     young_limit (every dispatch and every minor collection ends there,
- *     5.3 domain.c:1832 caml_poll_gc_work): raise it to P again.
+ *   caml_reset_young_limit entry (kernel executor: lend young_trigger) and
+ *     return (ptrace: the runtime has just published its own young_limit,
+ *     every dispatch and every minor collection ends there, 5.3
+ *     domain.c:1832 caml_poll_gc_work: raise it to P again; kernel: take
+ *     the loan back).
  * A P inside the block a dispatch is about to redo is armed anyway: the
  * redo does not look at young_limit, the return probe samples the block,
  * and the next allocation's (spurious) trap re-arms the next P.
@@ -131,6 +139,8 @@ static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_doma
 	struct task_struct *task;
 	struct ch_write_req req = {};
 
+	if (executor != CH_EXEC_PTRACE)
+		return; /* the kernel executor arms at resets only (minor5_lend_trigger) */
 	if (v->memprof_trig > v->start && v->memprof_trig <= v->end) {
 		/* the program's own Gc.Memprof samples: never arm */
 		count(CH_CNT_MEMPROF_ACTIVE, 1);
@@ -144,8 +154,6 @@ static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_doma
 		count(CH_CNT_WRITE_SKIPPED, 1);
 		return;
 	}
-	if (executor != CH_EXEC_PTRACE)
-		return;
 	task = (struct task_struct *)bpf_get_current_task();
 	if (!BPF_CORE_READ(task, ptrace) || BPF_CORE_READ(task, parent, tgid) != tracer_tgid ||
 	    (BPF_CORE_READ(task, parent, flags) & CH_PF_EXITING)) {
@@ -230,6 +238,104 @@ int BPF_KRETPROBE(on_dispatch5_ret)
 	return 0;
 }
 
+/* Kernel executor: young_trigger lent for the length of one
+ * caml_reset_young_limit call.
+ *
+ * bpf_probe_write_user cannot hold other threads still, so it must never
+ * store young_limit itself (an interrupt stored meanwhile by another
+ * domain would be erased).  Instead, at the entry of
+ * caml_reset_young_limit(dom) it raises the domain's young_trigger to P;
+ * the function then publishes max(young_trigger, memprof trigger) into
+ * young_limit with its own atomic exchange and re-checks every pending
+ * interrupt after it (5.3 runtime/domain.c:1765-1793, 5.1 :1524-1540), so
+ * nothing another domain stored is lost.  The return probe puts the old
+ * young_trigger back.  young_trigger is read and written by the domain's
+ * own thread only (poll_gc_work, the minor collection, reset itself), and
+ * not between the entry and the return of reset, so the loan is seen by
+ * reset alone.
+ *
+ * Why not memprof_young_trigger (channel B of ocaml-runtime.md §2.4): the
+ * runtime reads it again at the end of every dispatch (5.3 minor_gc.c:924)
+ * and enters caml_memprof_sample_young, which crashes without a Gc.Memprof
+ * configuration (§2.3).  A P armed at a reset inside a dispatch can be
+ * landed on by that dispatch's redone allocation whenever OCaml code runs
+ * between the two (signal handlers, finalisers, a systhread switch, in
+ * caml_do_pending_actions_res after its caml_handle_gc_interrupt) and
+ * moves young_ptr down without trapping: a crash even with camlheap alive.
+ * A young_trigger left raised (camlheap killed between the entry and the
+ * return probes, a window of one reset call) crashes nothing: the next
+ * caml_poll_gc_work takes it for the half-heap mark, requests a major
+ * slice early and puts young_trigger to young_start; the next minor
+ * collection sets it afresh (5.3 domain.c:1838-1853, minor_gc.c:642).
+ *
+ * P is armed only at resets, not at the dispatch's return: after a sample
+ * young_limit stays at the sampled P, above young_ptr, so the next
+ * allocation traps (once, spuriously) and its dispatch's reset arms the
+ * next P. */
+struct trig_loan {
+	__u64 dom;   /* caml_domain_state * */
+	__u64 saved; /* young_trigger before the loan */
+	__u64 lent;  /* P */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32); /* tid */
+	__type(value, struct trig_loan);
+} trig_loans SEC(".maps");
+
+#define CH_YOUNG_TRIGGER_OFF 32 /* domain_state.tbl: young_limit, young_ptr, young_start, young_end, young_trigger */
+
+static __always_inline void minor5_lend_trigger(struct ch_proc *p, __u64 dom, __u32 tid)
+{
+	struct trig_loan loan;
+	struct inflight_tid *it;
+	struct minor_view v;
+	struct ch_domain *d;
+
+	d = dom ? ocaml5_domain_state(dom) : 0;
+	if (!d || minor5_read_view(p, dom, &v))
+		return;
+	minor5_sync_epoch(d, &v);
+	it = bpf_map_lookup_elem(&inflight_by_tid, &tid);
+	minor5_skip_passed(d, &v, v.yp + (it ? it->whsize * 8 : 0));
+	if (v.memprof_trig > v.start && v.memprof_trig <= v.end) {
+		count(CH_CNT_MEMPROF_ACTIVE, 1);
+		return;
+	}
+	if (!(d->minor_trig > v.young_trigger && d->minor_trig <= v.yp))
+		return;
+	loan.dom = dom;
+	loan.saved = v.young_trigger;
+	loan.lent = d->minor_trig;
+	if (bpf_map_update_elem(&trig_loans, &tid, &loan, BPF_ANY))
+		return;
+	if (executor == CH_EXEC_KERNEL) {
+		if (bpf_probe_write_user((void *)(dom + CH_YOUNG_TRIGGER_OFF), &loan.lent, sizeof(loan.lent))) {
+			bpf_map_delete_elem(&trig_loans, &tid);
+			return;
+		}
+		count(CH_CNT_WRITES_KERNEL, 1);
+	}
+}
+
+/* The return of the reset that took a loan: give young_trigger back
+ * (unless something else wrote it meanwhile, which nothing does). */
+static __always_inline void minor5_return_trigger(__u32 tid)
+{
+	struct trig_loan *loan = bpf_map_lookup_elem(&trig_loans, &tid);
+	__u64 now = 0, saved;
+
+	if (!loan)
+		return;
+	saved = loan->saved;
+	if (executor == CH_EXEC_KERNEL && !bpf_probe_read_user(&now, 8, (void *)(loan->dom + CH_YOUNG_TRIGGER_OFF)) &&
+	    now == loan->lent)
+		bpf_probe_write_user((void *)(loan->dom + CH_YOUNG_TRIGGER_OFF), &saved, sizeof(saved));
+	bpf_map_delete_elem(&trig_loans, &tid);
+}
+
 /* The domain caml_reset_young_limit works on, per thread: its argument,
  * not the thread's own caml_state (a domain blocked in C has its backup
  * thread take part in stop-the-world collections on its behalf). */
@@ -246,7 +352,11 @@ int BPF_KPROBE(on_reset_young_limit, __u64 dom)
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct ch_proc *p = current_proc();
 
-	if (p && p->minor_on)
+	if (!p || !p->minor_on)
+		return 0;
+	if (executor == CH_EXEC_KERNEL)
+		minor5_lend_trigger(p, dom, tid);
+	else
 		bpf_map_update_elem(&reset_dom, &tid, &dom, BPF_ANY);
 	return 0;
 }
@@ -263,6 +373,11 @@ int BPF_KRETPROBE(on_reset_young_limit_ret)
 	struct ch_domain *d;
 	__u64 dom, *dp;
 
+	if (executor == CH_EXEC_KERNEL) {
+		/* first, and whatever else holds: a loan is always given back */
+		minor5_return_trigger(tid);
+		return 0;
+	}
 	if (!p || !p->minor_on)
 		return 0;
 	dp = bpf_map_lookup_elem(&reset_dom, &tid);

@@ -434,7 +434,7 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 		    e->present && rt->probes[OCAML_PROBE_RESET_LIMIT].present) {
 			rt->minor_ok = true;
 		} else {
-			for (int i = OCAML_PROBE_DISPATCH5; i <= OCAML_PROBE_RESET_LIMIT_RET; i++)
+			for (int i = OCAML_PROBE_DISPATCH5; i <= OCAML_PROBE_RESET_LIMIT; i++)
 				rt->probes[i].present = false;
 			snprintf(rt->minor_why, sizeof(rt->minor_why),
 				 "the runtime lacks caml_alloc_small_dispatch or caml_reset_young_limit");

@@ -42,8 +42,11 @@ enum ocaml_probe {
 	 * (bpf/minor5.bpf.h): all three or none. */
 	OCAML_PROBE_DISPATCH5,           /* caml_alloc_small_dispatch(dom_st, wosize, flags, nallocs, lens) entry */
 	OCAML_PROBE_DISPATCH5_RET,       /* its return */
-	OCAML_PROBE_RESET_LIMIT,         /* caml_reset_young_limit(dom_st) entry: which domain */
-	OCAML_PROBE_RESET_LIMIT_RET,     /* its return: re-arm */
+	/* the return before the entry: probes attach in this order, and a
+	 * young_trigger lent at the entry must always find the return probe
+	 * that gives it back (kernel executor, bpf/minor5.bpf.h) */
+	OCAML_PROBE_RESET_LIMIT_RET,     /* caml_reset_young_limit return: re-arm (ptrace), give the loan back (kernel) */
+	OCAML_PROBE_RESET_LIMIT,         /* its entry (dom_st): which domain (ptrace), lend young_trigger (kernel) */
 	OCAML_PROBE_REGISTER_FRAMETABLES, /* 5.x: caml_register_frametables(void **table, int n): Dynlink (optional) */
 	OCAML_PROBE_SAMPLE_YOUNG5,       /* 5.3: caml_memprof_sample_young(wosize, from_caml, nallocs, lens): observe (optional) */
 	/* OCaml 5 census (bpf/census5.bpf.h): the first two, and the third on 5.3, or none */

@@ -475,56 +475,9 @@ static const char *const executor_names[] = {
 };
 
 /* --executor auto|kernel|ptrace|observe -> the executor that will run. */
-/* Is the program that will be profiled an OCaml 5 one?  Read before the
- * executor is chosen: the kernel executor cannot write OCaml 5's
- * young_limit safely (bpf/minor5.bpf.h), so `auto` takes ptrace for it.
- * `exe` is /proc/PID/exe or the command (looked up in PATH); false when it
- * cannot be read (the later inspection reports that). */
-static bool program_is_ocaml5(pid_t pid, const char *cmd)
-{
-	char path[4096], v[32];
-	struct elf_image *img = NULL;
-	bool five = false;
-
-	if (pid > 0) {
-		snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
-	} else if (cmd && strchr(cmd, '/')) {
-		snprintf(path, sizeof(path), "%s", cmd);
-	} else if (cmd) {
-		const char *env = getenv("PATH"), *p = env ? env : "/usr/bin:/bin";
-
-		path[0] = 0;
-		while (*p) {
-			size_t n = strcspn(p, ":");
-
-			snprintf(path, sizeof(path), "%.*s/%s", (int)n, p, cmd);
-			if (access(path, X_OK) == 0)
-				break;
-			path[0] = 0;
-			p += n + (p[n] == ':');
-		}
-		if (!path[0])
-			return false;
-	} else {
-		return false;
-	}
-	if (elf_image_open(path, &img) < 0)
-		return false;
-	five = elf_image_find_ocaml_version(img, v, sizeof(v)) == 0 && v[0] == '5';
-	elf_image_close(img);
-	return five;
-}
-
-static int choose_executor(enum record_executor want, bool ocaml5, enum ch_executor *ex, char *msg, size_t len)
+static int choose_executor(enum record_executor want, enum ch_executor *ex, char *msg, size_t len)
 {
 	int allowed;
-
-	if (want == RECORD_EXEC_AUTO && ocaml5) {
-		/* on OCaml 5 only the ptrace executor can hold the other domains
-		 * still around a young_limit write (bpf/minor5.bpf.h) */
-		*ex = CH_EXEC_PTRACE;
-		return 0;
-	}
 
 	switch (want) {
 	case RECORD_EXEC_PTRACE:
@@ -595,8 +548,7 @@ int record_run(const struct record_opts *o)
 		fprintf(stderr, "camlheap: %s\n", msg);
 		return 2;
 	}
-	if (choose_executor(o->executor, program_is_ocaml5(o->argv ? 0 : o->pid, o->argv ? o->argv[0] : NULL), &ex, msg,
-			    sizeof(msg)) < 0) {
+	if (choose_executor(o->executor, &ex, msg, sizeof(msg)) < 0) {
 		fprintf(stderr, "camlheap: %s\n", msg);
 		return 2;
 	}
@@ -629,14 +581,6 @@ int record_run(const struct record_opts *o)
 	if (target_inspect(&t, msg, sizeof(msg)) < 0)
 		goto fail_target;
 	memprof_rate = t.rt.minor_ok ? target_memprof_rate(&t) : -1;
-	if (t.rt.major == 5 && t.rt.minor_ok && ex == CH_EXEC_KERNEL) {
-		/* bpf_probe_write_user cannot hold the other domains still
-		 * between its check and its write (bpf/minor5.bpf.h) */
-		t.rt.minor_ok = false;
-		snprintf(t.rt.minor_why, sizeof(t.rt.minor_why),
-			 "OCaml 5: the kernel executor cannot stop the other domains around its young_limit write; "
-			 "--executor ptrace samples the minor heaps");
-	}
 	if (memprof_rate > 0 && (o->executor == RECORD_EXEC_AUTO || o->executor == RECORD_EXEC_OBSERVE)) {
 		/* the program samples itself: never arm, take its samples */
 		ex = CH_EXEC_OBSERVE;
@@ -664,6 +608,8 @@ int record_run(const struct record_opts *o)
 	}
 	if (t.rt.major == 5 && t.rt.minor_ok && ex == CH_EXEC_PTRACE)
 		meta.minor_source = "young_limit traps, every other thread stopped around each write";
+	if (t.rt.major == 5 && t.rt.minor_ok && ex == CH_EXEC_KERNEL)
+		meta.minor_source = "young_limit traps, published by caml_reset_young_limit from a lent young_trigger";
 	if (o->keep_cpus_awake && ex != CH_EXEC_PTRACE)
 		fprintf(stderr, "camlheap: --keep-cpus-awake is for the ptrace executor; the %s executor runs "
 				"without it\n",

@@ -338,7 +338,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 			continue;
 		if ((i == OCAML_PROBE_TRACK_YOUNG || i == OCAML_PROBE_SAMPLE_YOUNG5) && !proc.minor_observe)
 			continue;
-		if (i >= OCAML_PROBE_DISPATCH5 && i <= OCAML_PROBE_RESET_LIMIT_RET && !proc.minor_on)
+		if (i >= OCAML_PROBE_DISPATCH5 && i <= OCAML_PROBE_RESET_LIMIT && !proc.minor_on)
 			continue;
 		if (((i >= OCAML_PROBE_MINOR_UPDATE && i <= OCAML_PROBE_COMPACTION) ||
 		     (i >= OCAML_PROBE_MINOR5 && i <= OCAML_PROBE_COMPACT5)) && !proc.census_on)
@@ -471,9 +471,26 @@ static void close_fds_by_link(const char *prefix, bool close_matching, int keep)
 		closedir(d);
 }
 
+static int loans_in_map(int fd)
+{
+	__u32 key, next, *prev = NULL;
+	int n = 0;
+
+	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+		n++;
+		key = next;
+		prev = &key;
+	}
+	return n;
+}
+
 /* The holder: blocks until every write end of its pipe is closed (camlheap
- * detached, or died), then exits, releasing the inherited links. */
-static void holder_main(int rd)
+ * detached, or died), then exits, releasing the inherited links.  With the
+ * kernel executor on OCaml 5, `lend_link` (the caml_reset_young_limit entry
+ * link) goes first, and the holder waits up to 0.5 s for the loans in
+ * `loans_fd` to be given back before the return probe goes with the rest
+ * (bpf/minor5.bpf.h); both are -1 otherwise. */
+static void holder_main(int rd, int lend_link, int loans_fd)
 {
 	char c;
 	sigset_t all;
@@ -500,6 +517,11 @@ static void holder_main(int rd)
 	sigprocmask(SIG_SETMASK, &all, NULL);
 	while (read(rd, &c, 1) < 0 && errno == EINTR)
 		;
+	if (lend_link >= 0) {
+		close(lend_link);
+		for (int tries = 0; tries < 500 && loans_in_map(loans_fd) > 0; tries++)
+			usleep(1000);
+	}
 	_exit(0);
 }
 
@@ -520,8 +542,13 @@ static void drop_link(struct bpf_link **link)
 
 int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
 {
-	int fds[2], status;
+	int fds[2], status, lend_link = -1, loans_fd = -1;
 	pid_t mid;
+
+	if (s->executor == CH_EXEC_KERNEL && s->links[OCAML_PROBE_RESET_LIMIT]) {
+		lend_link = bpf_link__fd(s->links[OCAML_PROBE_RESET_LIMIT]);
+		loans_fd = bpf_map__fd(s->skel->maps.trig_loans);
+	}
 
 	if (pipe2(fds, O_CLOEXEC) < 0) {
 		snprintf(err, errlen, "pipe: %s", strerror(errno));
@@ -543,7 +570,7 @@ int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
 
 		if (h == 0) {
 			close(fds[1]);
-			holder_main(fds[0]);
+			holder_main(fds[0], lend_link, loans_fd);
 		}
 		_exit(h < 0 ? 1 : 0);
 	}
@@ -565,8 +592,26 @@ int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
 	return 0;
 }
 
-void sampler_detach(struct sampler *s)
+/* Loans of young_trigger not given back yet (bpf/minor5.bpf.h): threads
+ * between the entry and the return of caml_reset_young_limit. */
+static int loans_outstanding(const struct sampler *s)
 {
+	return loans_in_map(bpf_map__fd(s->skel->maps.trig_loans));
+}
+
+int sampler_detach(struct sampler *s)
+{
+	int left = 0;
+
+	if (s->executor == CH_EXEC_KERNEL && s->links[OCAML_PROBE_RESET_LIMIT]) {
+		/* no new loan, then every loan given back by the return probe
+		 * before it goes (a thread stopped inside the call for longer
+		 * than this keeps its loan: harmless, see minor5.bpf.h) */
+		bpf_link__destroy(s->links[OCAML_PROBE_RESET_LIMIT]);
+		s->links[OCAML_PROBE_RESET_LIMIT] = NULL;
+		for (int tries = 0; tries < 500 && (left = loans_outstanding(s)) > 0; tries++)
+			usleep(1000);
+	}
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
 		bpf_link__destroy(s->links[i]);
 		s->links[i] = NULL;
@@ -577,6 +622,7 @@ void sampler_detach(struct sampler *s)
 		close(s->holder_fd);
 		s->holder_fd = -1;
 	}
+	return left;
 }
 
 int sampler_ring_fd(const struct sampler *s)

@@ -95,8 +95,13 @@ int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen);
 /* Detach every uprobe (the target runs on untouched); events already in the
  * ring buffer can still be consumed.  After sampler_hand_off_links, this
  * lets the holder go: the probes are released shortly after, in the
- * background (call sampler_stop_sampling first). */
-void sampler_detach(struct sampler *s);
+ * background (call sampler_stop_sampling first).  With the kernel executor
+ * on OCaml 5, the caml_reset_young_limit entry probe goes first and its
+ * return probe waits (up to 0.5 s) until every young_trigger lent to a
+ * running call is given back (bpf/minor5.bpf.h).  Returns the number of
+ * loans still out then (threads stopped inside that call; harmless: at
+ * worst one early major slice each), 0 normally. */
+int sampler_detach(struct sampler *s);
 
 /* fd that becomes readable when the ring buffer wakes its reader (epoll fd). */
 int sampler_ring_fd(const struct sampler *s);

@@ -14,6 +14,7 @@ export PATH=/bin:/usr/bin
 # PID 1 must not exit (the kernel panics): whatever happens, power off
 trap 'poweroff -f' EXIT
 FX=/work/fixtures
+FX53=/work/fx53
 CH=/work/camlheap
 DETERMINISTIC="ratio c comb fin sig"
 
@@ -65,6 +66,36 @@ done
 $FX/alloc_minor n=4000000 $DETERMINISTIC >/tmp/k
 echo "@@KILL9 ref rc=$? md5=$(md5sum </tmp/k | cut -d' ' -f1)"
 
+# OCaml 5.3 and 5.1: the kernel executor lends young_trigger to
+# caml_reset_young_limit (bpf/minor5.bpf.h), on one domain and on four
+for v in 53 51; do
+	F=/work/fx$v
+	run v${v}_sites $CH record --executor kernel --rate 1e-4 --top 100000 -o /tmp/r.txt -- $F/alloc_minor n=4000000
+	run v${v}_rate_one $CH record --executor kernel --rate 1 --top 100000 -o /tmp/r.txt -- $F/alloc_minor n=3000 ratio c comb
+	run v${v}_domains $CH record --executor kernel --rate 1e-3 --by-domain --format json -o /tmp/r.txt -- $F/domains n=4000
+	run v${v}_plain $F/alloc_minor n=1000000 $DETERMINISTIC
+	run v${v}_profiled $CH record --executor kernel --rate 1e-4 -o /tmp/r.txt -- $F/alloc_minor n=1000000 $DETERMINISTIC
+done
+
+# kill -9 of camlheap attached to four domains (5.3, one spinning); every
+# other time its probe holder is killed at the same instant (killall), so
+# that a young_trigger lent at that moment is never given back
+$FX53/domains n=30000 >/tmp/k
+echo "@@KILL9D ref rc=$? md5=$(md5sum </tmp/k | cut -d' ' -f1)"
+for i in 1 2 3 4 5 6 7 8; do
+	rm -f /tmp/k
+	$FX53/domains n=30000 >/tmp/k &
+	t=$!
+	$CH record -p $t --executor kernel --rate 1e-3 -o /tmp/rk.txt 2>/dev/null &
+	c=$!
+	usleep $((i * 90000))
+	if [ $((i % 2)) = 0 ]; then killall -9 camlheap; else kill -9 $c; fi
+	wait $t
+	rc=$?
+	wait $c 2>/dev/null
+	echo "@@KILL9D $i rc=$rc md5=$(md5sum </tmp/k | cut -d' ' -f1)"
+done
+
 # timings: the target's wall time, plain and under each configuration
 # (interleaved, 3 rounds), in microseconds (/proc/uptime: 10 ms steps;
 # busybox's date has no %N)
@@ -90,6 +121,13 @@ for round in 1 2 3; do
 		rm -f big.cmi big.cmx big.o
 		timeit $CH record --executor kernel --rate $rate -o /tmp/rt.txt -- ocamlopt.opt -g -c big.ml >/dev/null
 		echo "@@REPORTED ocamlopt kernel $rate $(grep -E '^(duration|samples|executor)' /tmp/rt.txt | tr '\n' '|')"
+		echo "@@TIME alloc_minor53 plain $rate $(timeit $FX53/alloc_minor ratio c n=4000000)"
+		echo "@@TIME alloc_minor53 memprof $rate $(timeit $FX53/alloc_minor ratio c n=4000000 memprof=$rate null)"
+		timeit $CH record --executor kernel --rate $rate -o /tmp/rt.txt -- $FX53/alloc_minor ratio c n=4000000 >/dev/null
+		echo "@@REPORTED alloc_minor53 kernel $rate $(grep -E '^(duration|samples|executor)' /tmp/rt.txt | tr '\n' '|')"
+		echo "@@TIME domains53 plain $rate $(timeit $FX53/domains n=20000)"
+		timeit $CH record --executor kernel --rate $rate -o /tmp/rt.txt -- $FX53/domains n=20000 >/dev/null
+		echo "@@REPORTED domains53 kernel $rate $(grep -E '^(duration|samples|executor)' /tmp/rt.txt | tr '\n' '|')"
 	done
 done
 echo "@@DONE"

@@ -142,6 +142,12 @@ def build_initramfs():
     c.add_file(chtest.CAMLHEAP, "/work/camlheap")
     c.add_file(chtest.fixture("alloc_minor"), "/work/fixtures/alloc_minor")
     c.add_file(chtest.fixture("leak"), "/work/fixtures/leak")
+    # OCaml 5 fixtures, built with the cached toolchains as `make test` does
+    import test_versions
+    fx5 = {v: test_versions._fixtures_for(v) for v in ("5.3.0", "5.1.0")}
+    for v, d in fx5.items():
+        for name in ("alloc_minor", "domains"):
+            c.add_file(os.path.join(d, name), "/work/fx%s/%s" % (v.replace(".", "")[:2], name))
     c.add_file("/usr/bin/ocamlopt.opt")
     c.add_file("/usr/bin/as")
     as_real = "/usr/bin/x86_64-linux-gnu-as"  # what ocamlopt.opt runs (Debian's Config.asm)
@@ -156,7 +162,7 @@ def build_initramfs():
             c.add_file(os.path.join("/usr/lib/ocaml", f))
     libs = set()
     for b in (chtest.CAMLHEAP, chtest.fixture("alloc_minor"), chtest.fixture("leak"), "/usr/bin/ocamlopt.opt",
-              "/usr/bin/as"):
+              "/usr/bin/as", os.path.join(fx5["5.3.0"], "domains"), os.path.join(fx5["5.1.0"], "domains")):
         libs |= libs_of(b)
     for lib in sorted(libs):
         c.add_file(lib)
@@ -330,6 +336,65 @@ def main():
         s = sec.get("ocamlopt_check")
         assert s and s["rc"] == 0, "ocamlopt.opt fails in the VM: %s" % (s and s["err"][-500:])
 
+    def v5_sites(v):
+        import test_minor
+        s = sec["v%s_sites" % v]
+        assert s["rc"] == 0, s["err"]
+        rep = s["rep"]
+        assert rep.first_line().startswith("camlheap: executor kernel;"), rep.first_line()
+        truth = chtest.parse_truth(s["out"])
+        assert len(truth) >= 9, s["out"]
+        test_minor._check_sites(rep, truth, 1e-4, "(OCaml %s, kernel executor)" % v)
+        total = sum(x["samples"] for x in rep.sites if x["kind"] == "minor")
+        chtest.check_binomial(total, minor_words(s["out"]), 1e-4, "all minor vs Gc.minor_words")
+        assert rep.minor()["missed"] == 0, rep.header.get("minor")
+
+    def v5_rate_one(v):
+        s = sec["v%s_rate_one" % v]
+        assert s["rc"] == 0, s["err"]
+        truth = chtest.parse_truth(s["out"])
+        assert len(truth) == 5, s["out"]
+        for site, (_, words) in truth.items():
+            got = s["rep"].samples_at_lines(MOD, chtest.site_lines(site), "minor")
+            assert got == words, "%s: %d samples for %d words at rate 1" % (site, got, words)
+
+    def v5_domains(v):
+        import json
+        s = sec["v%s_domains" % v]
+        assert s["rc"] == 0, s["err"]
+        j = json.loads(s["rep"].text)
+        so = s["out"]
+        truth = chtest.parse_truth(so)
+        doms = {l.split()[1]: int(l.split()[2]) for l in so.splitlines() if l.startswith("DOMAIN ")}
+        assert len(truth) == 6 and "spins 1" in so, so
+        assert j["run"]["executor"] == "kernel", j["run"]
+        for fn, (kind, words) in truth.items():
+            site = fn.split(".", 1)[1]
+            found = []
+            for x in j["sites"]:
+                if x["stack"] is None or x["kind"] != kind:
+                    continue
+                fr = [j["frames"][i] for i in j["stacks"][x["stack"]]["frames"]]
+                if fr and fr[0]["function"] == fn:
+                    found.append(x)
+            assert found, fn
+            assert {x["domain"] for x in found} == {doms[site]}, (fn, [x["domain"] for x in found], doms)
+            chtest.check_binomial(sum(x["samples"] for x in found), words, 1e-3, fn)
+        assert j["run"]["minor"]["missed"] == 0, j["run"]["minor"]
+
+    def v5_identical(v):
+        a, b = sec["v%s_plain" % v], sec["v%s_profiled" % v]
+        assert a["rc"] == b["rc"] == 0, b["err"]
+        assert a["out"] == b["out"], "outputs differ"
+
+    def kill9_domains():
+        ref = re.search(r"^@@KILL9D ref (rc=\d+ md5=\w+)$", text, re.M).group(1)
+        assert ref.startswith("rc=0 "), ref
+        runs = re.findall(r"^@@KILL9D (\d+) (rc=\d+ md5=\w+)$", text, re.M)
+        assert len(runs) == 8, runs
+        for i, got in runs:
+            assert got == ref, "run %s: %s vs %s" % (i, got, ref)
+
     check("booted_without_lockdown", booted)
     check("ocamlopt_runs_in_the_vm", ocamlopt_runs)
     if sec:
@@ -340,6 +405,13 @@ def main():
         check("kernel_executor_outputs_identical", identical)
         check("kernel_executor_census_live_at_end", census)
         check("kernel_executor_kill9_never_harms_target", kill9)
+        for v in ("53", "51"):
+            name = "ocaml_%s_%s_" % (v[0], v[1])
+            check(name + "kernel_executor_sites_rate_1e4", lambda v=v: v5_sites(v))
+            check(name + "kernel_executor_exact_at_rate_one", lambda v=v: v5_rate_one(v))
+            check(name + "kernel_executor_four_domains", lambda v=v: v5_domains(v))
+            check(name + "kernel_executor_outputs_identical", lambda v=v: v5_identical(v))
+        check("ocaml_5_3_kernel_executor_kill9_four_domains_never_harms_target", kill9_domains)
         report_times(text, kvm)
     print("%d passed, %d failed" % (results.count(True), results.count(False)))
     sys.exit(0 if all(results) else 1)
@@ -361,7 +433,7 @@ def report_times(text, kvm):
             rep.setdefault((w, rate), []).append((float(d.group(1)), int(n.group(1)),
                                                   int(wr.group(1)) if wr else 0))
     print("\nkernel executor in the VM (%s; medians of 3; target seconds):" % kvm)
-    for w in ("alloc_minor", "ocamlopt"):
+    for w in ("alloc_minor", "ocamlopt", "alloc_minor53", "domains53"):
         for rate in ("1e-5", "1e-4"):
             base = times.get((w, "plain", rate))
             if not base:
