@@ -148,8 +148,13 @@ def _report_samples(args):
 def test_report_window_focus_ignore_min_samples():
     d, path, so, se = _record([fixture("leak"), "n=4"])
     total, js = _report_samples([path])
-    dur = js["run"]["duration_s"] + js["run"].get("attach_s", 0)
-    mid = round(dur / 2, 6)
+    # the window's zero is the end of the attach (start_unix_ns); cut half
+    # way between the first and the last allocation (an attach that took
+    # long, as happens on a loaded machine, must not move the cut)
+    dump = _camlheap(["dump-trace", path]).stdout.decode().splitlines()
+    times = [int(l.split()[0]) for l in dump[1:] if l.split()[1] == "alloc"]
+    zero_us = js["run"]["start_unix_ns"] // 1000
+    mid = round(((times[0] + times[-1]) / 2 - zero_us) / 1e6, 6)
     a, _ = _report_samples([path, "--to", repr(mid)])
     b, _ = _report_samples([path, "--from", repr(mid + 1e-6)])
     assert a + b == total and a > 0 and b > 0, (a, b, total)
