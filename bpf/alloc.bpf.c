@@ -241,6 +241,8 @@ static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, 
 	ev->clean_phases = p->clean_phases;
 	ev->in_minor_heap = 0;
 	ev->domain = 0;
+	ev->ext_flags = 0;
+	ev->custom_ops = 0;
 
 	if (p->ocaml5) {
 		caml_state = ocaml5_dom(p);
@@ -313,23 +315,35 @@ static __always_inline void output_sample(struct ch_proc *p, struct ch_sample_ev
 		census_track(p, ev);
 }
 
-static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 block, __u64 words, __u32 n)
+static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 block, __u64 words, __u32 n, __u64 ops,
+					__u8 ext_flags)
 {
 	struct ch_sample_event *ev = prepare_event(p, kind, block, words, n);
 
-	if (ev)
+	if (ev) {
+		ev->custom_ops = ops;
+		ev->ext_flags = ext_flags;
 		output_sample(p, ev);
+	}
 }
 
-static __always_inline void on_words(__u8 kind, __u64 block, __u64 words)
+/* `words` allocated at `block` (of kind `kind`): draw its samples from the
+ * domain's (4.x: the process's) countdown and emit them.  `ops`: a custom
+ * block's operations; `ext_flags`: a bigarray's CH_BA_*. */
+static __always_inline void on_words_ext(__u8 kind, __u64 block, __u64 words, __u64 ops, __u8 ext_flags)
 {
 	struct ch_proc *p = current_proc();
 	__u32 n;
 
 	if (!p) /* another process mapping the same binary, e.g. a fork child */
 		return;
-	count(CH_CNT_HITS_MAJOR + kind - CH_KIND_MAJOR, 1);
-	count(CH_CNT_WORDS_MAJOR + kind - CH_KIND_MAJOR, words);
+	if (kind == CH_KIND_BIGARRAY) {
+		count(CH_CNT_HITS_BIGARRAY, 1);
+		count(CH_CNT_WORDS_BIGARRAY, words);
+	} else {
+		count(CH_CNT_HITS_MAJOR + kind - CH_KIND_MAJOR, 1);
+		count(CH_CNT_WORDS_MAJOR + kind - CH_KIND_MAJOR, words);
+	}
 	if (p->ocaml5) {
 		__u64 dom = ocaml5_dom(p);
 		__s64 *next = dom ? ocaml5_countdown(dom) : 0;
@@ -343,7 +357,131 @@ static __always_inline void on_words(__u8 kind, __u64 block, __u64 words)
 		n = sample_words(&p->next_sample_words, words);
 	}
 	if (n)
-		emit_sample(p, kind, block, words, n);
+		emit_sample(p, kind, block, words, n, ops, ext_flags);
+}
+
+static __always_inline void on_words(__u8 kind, __u64 block, __u64 words)
+{
+	on_words_ext(kind, block, words, 0, 0);
+}
+
+/* A custom block's out-of-heap `bytes`: its ops are Custom_ops_val(block),
+ * the block's first word (runtime/caml/custom.h).  A bigarray's are left to
+ * the caml_ba_alloc return probe when it is attached (it knows whose data
+ * it is, and sees views and mapped files, which declare none). */
+/* Custom operations seen -> their identifier string (the first field of
+ * struct custom_operations, runtime/caml/custom.h), read here, where the
+ * target is surely alive; user space names sites from it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, struct ch_custom_name);
+} custom_names SEC(".maps");
+
+static __always_inline void on_custom(__u64 block, __u64 bytes, __u64 ops)
+{
+	struct ch_proc *p = current_proc();
+
+	if (!p)
+		return;
+	if (!ops && block)
+		bpf_probe_read_user(&ops, sizeof(ops), (void *)block);
+	if (p->ba_ops_sym && ops == p->ba_ops_sym + p->load_bias)
+		return;
+	if (ops && !bpf_map_lookup_elem(&custom_names, &ops)) {
+		struct ch_custom_name zero = {};
+		struct ch_custom_name *n;
+		__u64 id = 0;
+
+		bpf_map_update_elem(&custom_names, &ops, &zero, BPF_NOEXIST);
+		n = bpf_map_lookup_elem(&custom_names, &ops);
+		if (n && !bpf_probe_read_user(&id, sizeof(id), (void *)ops) && id)
+			bpf_probe_read_user_str(n->name, sizeof(n->name), (void *)id);
+	}
+	on_words_ext(CH_KIND_CUSTOM, block, bytes / 8, ops, 0);
+}
+
+/* Bigarrays: caml_ba_alloc(int flags, int num_dims, void *data, intnat *dim)
+ * (runtime/bigarray.c) mallocs the data when `data` is NULL; its return is
+ * the block, whose struct caml_ba_array (runtime/caml/bigarray.h: data,
+ * num_dims, flags, proxy, dim[]) is filled by then.  The same return probe
+ * serves caml_unix_mapped_alloc (otherlibs/unix/mmap_ba.c), same arguments.
+ * Both are C functions called from C (caml_ba_create, caml_ba_sub,
+ * caml_unix_map_file...), so their uretprobes replace no OCaml return
+ * address.  The entry keeps, per thread, whether data was given. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u8);
+} ba_inflight SEC(".maps");
+
+SEC("uprobe")
+int BPF_KPROBE(on_ba_alloc, __u32 flags, __u32 num_dims, __u64 data)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u8 owner = data ? CH_BA_VIEW : CH_BA_OWNED;
+
+	if (current_proc())
+		bpf_map_update_elem(&ba_inflight, &tid, &owner, BPF_ANY);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(on_mapped_alloc)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u8 owner = CH_BA_MAPPED;
+
+	if (current_proc())
+		bpf_map_update_elem(&ba_inflight, &tid, &owner, BPF_ANY);
+	return 0;
+}
+
+/* caml_ba_element_size[] (runtime/bigarray.c), by CAML_BA_KIND: float32,
+ * float64, sint8, uint8, sint16, uint16, int32, int64, caml_int,
+ * nativeint, complex32, complex64, char, float16 (5.2+) */
+static __always_inline __u64 ba_elt_size(__u64 kind)
+{
+	switch (kind) {
+	case 2: case 3: case 12: return 1;
+	case 4: case 5: case 13: return 2;
+	case 0: case 6: return 4;
+	case 11: return 16;
+	case 1: case 7: case 8: case 9: case 10: return 8;
+	default: return 0;
+	}
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(on_ba_alloc_ret, __u64 block)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u8 *ownerp = bpf_map_lookup_elem(&ba_inflight, &tid), owner;
+	__u64 hdr[4], dim[16], bytes;
+	__u32 nd;
+
+	if (!ownerp)
+		return 0;
+	owner = *ownerp;
+	bpf_map_delete_elem(&ba_inflight, &tid);
+	/* block + 8: Caml_ba_array_val (after the ops pointer) */
+	if (!block || bpf_probe_read_user(hdr, sizeof(hdr), (void *)(block + 8)))
+		return 0;
+	nd = hdr[1];
+	if (nd > 16) /* CAML_BA_MAX_NUM_DIMS */
+		return 0;
+	if (nd && bpf_probe_read_user(dim, nd * 8 > sizeof(dim) ? sizeof(dim) : nd * 8, (void *)(block + 8 + 32)))
+		return 0;
+	bytes = ba_elt_size(hdr[2] & 0xff); /* CAML_BA_KIND_MASK */
+	for (__u32 i = 0; i < 16; i++) {
+		if (i >= nd)
+			break;
+		bytes *= dim[i];
+	}
+	on_words_ext(CH_KIND_BIGARRAY, block, bytes / 8, 0, owner);
+	return 0;
 }
 
 SEC("uprobe")
@@ -363,7 +501,7 @@ SEC("uprobe")
 int BPF_KPROBE(on_track_custom, __u64 block, __u64 bytes)
 {
 	/* memprof samples Wsize_bsize(bytes) words of out-of-heap memory. */
-	on_words(CH_KIND_CUSTOM, block, bytes / 8);
+	on_custom(block, bytes, 0);
 	return 0;
 }
 
@@ -379,8 +517,10 @@ int BPF_KPROBE(on_track_custom, __u64 block, __u64 bytes)
 SEC("uprobe")
 int BPF_KPROBE(on_sample_block, __u64 block, __u64 allocated_words, __u64 sampled_words, __u32 source)
 {
-	on_words(source == CH_SRC_CUSTOM ? CH_KIND_CUSTOM : source == CH_SRC_MARSHAL ? CH_KIND_UNMARSHAL : CH_KIND_MAJOR,
-		 block, sampled_words);
+	if (source == CH_SRC_CUSTOM)
+		on_custom(block, sampled_words * 8, 0);
+	else
+		on_words(source == CH_SRC_MARSHAL ? CH_KIND_UNMARSHAL : CH_KIND_MAJOR, block, sampled_words);
 	return 0;
 }
 
@@ -404,20 +544,25 @@ int BPF_KRETPROBE(on_alloc_shr_ret, __u64 block)
 /* OCaml 5.1: caml_alloc_custom_mem(ops, bsz, mem) declares `mem` bytes
  * outside the heap (5.1 runtime/custom.c); the block is known at its
  * return.  The entry keeps `mem` per thread. */
+struct custom_call {
+	__u64 ops, mem;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 8192);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct custom_call);
 } custom_inflight SEC(".maps");
 
 SEC("uprobe")
 int BPF_KPROBE(on_custom_mem, __u64 ops, __u64 bsz, __u64 mem)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct custom_call c = { .ops = ops, .mem = mem };
 
 	if (current_proc())
-		bpf_map_update_elem(&custom_inflight, &tid, &mem, BPF_ANY);
+		bpf_map_update_elem(&custom_inflight, &tid, &c, BPF_ANY);
 	return 0;
 }
 
@@ -425,14 +570,14 @@ SEC("uretprobe")
 int BPF_KRETPROBE(on_custom_mem_ret, __u64 block)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	__u64 *mem = bpf_map_lookup_elem(&custom_inflight, &tid), bytes;
+	struct custom_call *cp = bpf_map_lookup_elem(&custom_inflight, &tid), c;
 
-	if (!mem)
+	if (!cp)
 		return 0;
-	bytes = *mem;
+	c = *cp;
 	bpf_map_delete_elem(&custom_inflight, &tid);
-	if (block)
-		on_words(CH_KIND_CUSTOM, block, bytes / 8);
+	if (block && c.mem)
+		on_custom(block, c.mem, c.ops);
 	return 0;
 }
 

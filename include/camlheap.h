@@ -29,7 +29,24 @@ enum ch_alloc_kind {
 	CH_KIND_MAJOR = 1,      /* direct major-heap allocation, caml_alloc_shr (words incl. header) */
 	CH_KIND_CUSTOM = 2,     /* out-of-heap memory declared by caml_alloc_custom_mem (words = bytes/8) */
 	CH_KIND_UNMARSHAL = 3,  /* unmarshalled (interned) region, words incl. headers */
+	CH_KIND_BIGARRAY = 4,   /* a bigarray's data (caml_ba_alloc, caml_unix_mapped_alloc): words = bytes/8;
+				 * ext_flags says whose data it is (CH_BA_*) */
 	CH_KIND__COUNT
+};
+
+/* Whose data a CH_KIND_BIGARRAY sample is (ch_sample_event.ext_flags):
+ * runtime/bigarray.c caml_ba_alloc mallocs the data when given none and
+ * marks it CAML_BA_MANAGED; given data, the block only points to memory
+ * that belongs to another bigarray (sub, slice, reshape) or to C code;
+ * otherlibs/unix/mmap_ba.c caml_unix_mapped_alloc maps a file. */
+#define CH_BA_OWNED 0   /* malloc'ed for this bigarray, freed by its finaliser */
+#define CH_BA_VIEW 1    /* data given by the caller: a view of memory owned elsewhere */
+#define CH_BA_MAPPED 2  /* a memory-mapped file (Unix.map_file) */
+
+/* Value of the BPF map `custom_names` (key: a struct custom_operations *
+ * in the target): its identifier, NUL-terminated ("" if unreadable). */
+struct ch_custom_name {
+	char name[64];
 };
 
 /* Ring-buffer records whose `kind` is this are notes, not samples: the
@@ -101,6 +118,8 @@ enum ch_counter {
 	CH_CNT_MEMPROF_ACTIVE,     /* OCaml 5: arms skipped because the program's own Gc.Memprof was sampling */
 	CH_CNT_SIGURG_BLOCKED,     /* writes not made: the thread blocks SIGURG (OCaml 5 backup threads) */
 	CH_CNT_SIGURG_HANDLED,     /* writes not made: the program handles SIGURG itself */
+	CH_CNT_HITS_BIGARRAY,      /* probe hits: caml_ba_alloc / caml_unix_mapped_alloc returns */
+	CH_CNT_WORDS_BIGARRAY,     /* bigarray data seen, words (bytes/8), all hits */
 	CH_CNT__COUNT
 };
 
@@ -149,6 +168,8 @@ struct ch_proc {
 	__u64 heap_state_sym;       /* OCaml 5: `struct global_heap_state caml_global_heap_state` (shared_heap.c) */
 	__u32 major_cap;            /* OCaml 5: entries of major_tracked (slots are taken atomically) */
 	__u32 pad6;
+	__u64 ba_ops_sym;           /* link-time vaddr of `caml_ba_ops` when the bigarray probes are attached
+				     * (custom samples with these ops are then left to them), else 0 */
 };
 
 /* OCaml 5: per-domain sampler state, map `domains` (the countdown of
@@ -279,9 +300,11 @@ struct ch_sample_event {
 	__u32 nframes;              /* depth of the walked stack */
 	__u16 nallocs;              /* minor: allocations combined in the block (1 without Comballoc) */
 	__u8 in_minor_heap;         /* the block lies in the minor heap (census: followed to the next minor collection) */
-	__u8 pad;
+	__u8 ext_flags;             /* CH_KIND_BIGARRAY: CH_BA_*; else 0 */
 	__u32 domain;               /* OCaml 5: Caml_state->id of the allocating domain (0 = main); 4.x: 0 */
 	__u32 pad3;
+	__u64 custom_ops;           /* CH_KIND_CUSTOM: the block's struct custom_operations * (runtime address;
+				     * its first field names the type, runtime/caml/custom.h), else 0 */
 	__u64 frames[CH_MAX_FRAMES];
 };
 

@@ -21,6 +21,7 @@ import toolchains
 import test_census as _census
 import test_dynlink as _dynlink
 import test_minor as _minor
+import test_outheap as _outheap
 import test_recording as _recording
 import test_sampling as _sampling
 import test_stacks as _stacks
@@ -39,6 +40,8 @@ CHECKS = [
     (_stacks, "test_deep_recursion_over_600_frames"),
     (_stacks, "test_callback_from_finaliser"),
     (_recording, "test_recording_round_trip_every_event"),
+    (_outheap, "test_bigarray_sites_and_whose_data"),
+    (_outheap, "test_bigarray_live_drops_to_zero_after_the_frees"),
 ]
 
 _built = {}
@@ -122,6 +125,9 @@ CHECKS5 = [
     (_dynlink, "test_plugin_loaded_while_recording", ("5.1.0", "5.3.0")),
     (_dynlink, "test_plugin_frames_known_before_its_code_runs", ("5.1.0", "5.3.0")),
     (_dynlink, "test_recording_names_plugin_frames", ("5.3.0",)),
+    (_outheap, "test_bigarray_sites_and_whose_data", ("5.1.0", "5.3.0")),
+    (_outheap, "test_bigarray_live_drops_to_zero_after_the_frees", ("5.1.0", "5.3.0")),
+    (_outheap, "test_custom_blocks_carry_their_type_name", ("5.1.0", "5.3.0")),
 ]
 
 for _mod, _check, _versions in CHECKS5:

@@ -37,6 +37,10 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_MINOR5] = "caml_final_update_last_minor",
 	[OCAML_PROBE_CYCLE5] = "caml_cycle_heap_from_stw_single",
 	[OCAML_PROBE_COMPACT5] = "caml_compact_heap",
+	[OCAML_PROBE_BA_ALLOC_RET] = "caml_ba_alloc",
+	[OCAML_PROBE_BA_ALLOC] = "caml_ba_alloc",
+	[OCAML_PROBE_MAPPED_ALLOC_RET] = "caml_unix_mapped_alloc",
+	[OCAML_PROBE_MAPPED_ALLOC] = "caml_unix_mapped_alloc",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
@@ -353,6 +357,28 @@ static int plan_retprobe(const struct elf_image *img, const char *name, struct o
 	return 0;
 }
 
+/* Bigarrays (optional: a program that never links Bigarray creation has
+ * no caml_ba_alloc): the entry and return of caml_ba_alloc, and of
+ * caml_unix_mapped_alloc when the Unix library is linked.  rt->ba_ops_sym
+ * tells the custom-block probes to leave bigarrays to these. */
+static void plan_bigarray(const struct elf_image *img, struct ocaml_runtime *rt)
+{
+	const struct elf_symbol *ops = elf_image_symbol(img, "caml_ba_ops");
+
+	if (!ops || plan_retprobe(img, probe_symbols[OCAML_PROBE_BA_ALLOC_RET], &rt->probes[OCAML_PROBE_BA_ALLOC_RET]) < 0 ||
+	    plan_probe(img, probe_symbols[OCAML_PROBE_BA_ALLOC], &rt->probes[OCAML_PROBE_BA_ALLOC]) < 0) {
+		rt->probes[OCAML_PROBE_BA_ALLOC_RET].present = rt->probes[OCAML_PROBE_BA_ALLOC].present = false;
+		return;
+	}
+	rt->probes[OCAML_PROBE_BA_ALLOC].present = true;
+	rt->ba_ops_sym = ops->vaddr;
+	if (plan_retprobe(img, probe_symbols[OCAML_PROBE_MAPPED_ALLOC_RET], &rt->probes[OCAML_PROBE_MAPPED_ALLOC_RET]) < 0 ||
+	    plan_probe(img, probe_symbols[OCAML_PROBE_MAPPED_ALLOC], &rt->probes[OCAML_PROBE_MAPPED_ALLOC]) < 0)
+		rt->probes[OCAML_PROBE_MAPPED_ALLOC_RET].present = rt->probes[OCAML_PROBE_MAPPED_ALLOC].present = false;
+	else
+		rt->probes[OCAML_PROBE_MAPPED_ALLOC].present = true;
+}
+
 /* OCaml 5.1 and 5.3 (ocaml-runtime.md §1.3-1.5, §3.4-3.5, §7.1). */
 static enum ocaml_detect_result detect5(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
 					char *msg, size_t msglen)
@@ -519,8 +545,13 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 			 name);
 		return OCAML_UNSUPPORTED_VERSION;
 	}
-	if (rt->major == 5)
-		return detect5(img, name, rt, msg, msglen);
+	if (rt->major == 5) {
+		enum ocaml_detect_result r = detect5(img, name, rt, msg, msglen);
+
+		if (r == OCAML_OK)
+			plan_bigarray(img, rt);
+		return r;
+	}
 	cs = elf_image_symbol(img, "Caml_state");
 	if (!cs)
 		strcat(missing, " Caml_state");
@@ -570,5 +601,6 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 		rt->major = 4;
 		rt->minor = 13;
 	}
+	plan_bigarray(img, rt);
 	return OCAML_OK;
 }

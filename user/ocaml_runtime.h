@@ -53,6 +53,12 @@ enum ocaml_probe {
 	OCAML_PROBE_MINOR5,              /* caml_final_update_last_minor(caml_domain_state *d) */
 	OCAML_PROBE_CYCLE5,              /* caml_cycle_heap_from_stw_single(void); 5.1: caml_cycle_heap_stw(void) */
 	OCAML_PROBE_COMPACT5,            /* 5.3: caml_compact_heap (Gc.compact) */
+	/* Bigarrays, every version, optional (bpf/alloc.bpf.c on_ba_alloc*);
+	 * returns before entries, as they attach in this order */
+	OCAML_PROBE_BA_ALLOC_RET,        /* caml_ba_alloc return: the block, its data size */
+	OCAML_PROBE_BA_ALLOC,            /* caml_ba_alloc(flags, num_dims, data, dim) entry: data given or not */
+	OCAML_PROBE_MAPPED_ALLOC_RET,    /* caml_unix_mapped_alloc return (Unix.map_file) */
+	OCAML_PROBE_MAPPED_ALLOC,        /* its entry */
 	OCAML_PROBE__COUNT
 };
 
@@ -82,6 +88,7 @@ struct ocaml_runtime {
 	uint32_t dom_id_off;     /* offsetof(caml_domain_state, id) */
 	uint32_t memprof_trig_off; /* offsetof(caml_domain_state, memprof_young_trigger), 0: none (5.1) */
 	uint64_t heap_state_sym;   /* 5.x: `struct global_heap_state caml_global_heap_state` */
+	uint64_t ba_ops_sym;       /* link-time vaddr of `caml_ba_ops` if the bigarray probes are planned, else 0 */
 	uint64_t all_domains_sym;  /* 5.3: link-time vaddr of domain.c's `static dom_internal *all_domains`,
 				    * 0 if unknown (.symtab stripped): to read a running Gc.Memprof's rate */
 	bool frame_pointers;     /* runtime built with --enable-frame-pointers (caml_c_call starts push %rbp; mov %rsp,%rbp) */

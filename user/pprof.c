@@ -308,13 +308,14 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		Perftools__Profiles__Sample *smp = own(&b, calloc(1, sizeof(*smp)));
 		Perftools__Profiles__Label *kind = own(&b, calloc(1, sizeof(*kind)));
 		Perftools__Profiles__Label *dom = own(&b, calloc(1, sizeof(*dom)));
-		Perftools__Profiles__Label **labels = own(&b, calloc(2, sizeof(*labels)));
+		Perftools__Profiles__Label *sub = own(&b, calloc(1, sizeof(*sub)));
+		Perftools__Profiles__Label **labels = own(&b, calloc(3, sizeof(*labels)));
 		int64_t *v = own(&b, calloc(4, sizeof(*v)));
 		uint32_t nf = s->stack ? s->stack->nframes : 0;
 		bool cut = s->stack && s->stack->term != CH_TERM_CLEAN;
 		uint64_t *ids = own(&b, calloc(nf + 1, sizeof(*ids)));
 
-		if (!smp || !kind || !dom || !labels || !v || !ids) {
+		if (!smp || !kind || !dom || !sub || !labels || !v || !ids) {
 			ret = -ENOMEM;
 			goto out;
 		}
@@ -342,6 +343,14 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		labels[0] = kind;
 		smp->label = labels;
 		smp->n_label = 1;
+		if ((s->kind == CH_KIND_CUSTOM && profile_custom_name(p, s->subtype)) || s->kind == CH_KIND_BIGARRAY) {
+			/* string labels: pprof -tagfocus custom_type=_mpz, bigarray_data=owned */
+			perftools__profiles__label__init(sub);
+			sub->key = str_ix(&b, s->kind == CH_KIND_CUSTOM ? "custom_type" : "bigarray_data");
+			sub->str = str_ix(&b, s->kind == CH_KIND_CUSTOM ? profile_custom_name(p, s->subtype)
+								       : report_bigarray_owner(s->subtype));
+			labels[smp->n_label++] = sub;
+		}
 		if (p->by_domain) { /* a numeric label: pprof -tagfocus domain=2 */
 			perftools__profiles__label__init(dom);
 			dom->key = str_ix(&b, "domain");

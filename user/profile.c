@@ -17,6 +17,7 @@ _Static_assert(sizeof(struct ch_fate_event) < CH_EVENT_HEADER_BYTES, "a fate rec
 
 struct site_key {
 	uint64_t stack_id;
+	uint64_t subtype;     /* profile_site.subtype */
 	uint8_t kind;
 	uint8_t alloc_idx;
 	uint32_t domain;      /* with by_domain; else 0 */
@@ -27,14 +28,16 @@ static guint site_key_hash(gconstpointer k)
 	const struct site_key *s = k;
 
 	return (guint)(s->stack_id ^ (s->stack_id >> 32) ^ ((uint64_t)s->kind * 0x9e3779b9u) ^
-		       ((uint64_t)s->alloc_idx * 0x85ebca6bu) ^ ((uint64_t)s->domain * 0xc2b2ae35u));
+		       ((uint64_t)s->alloc_idx * 0x85ebca6bu) ^ ((uint64_t)s->domain * 0xc2b2ae35u) ^
+		       (s->subtype * 0x27d4eb2fu) ^ (s->subtype >> 29));
 }
 
 static gboolean site_key_equal(gconstpointer a, gconstpointer b)
 {
 	const struct site_key *x = a, *y = b;
 
-	return x->stack_id == y->stack_id && x->kind == y->kind && x->alloc_idx == y->alloc_idx && x->domain == y->domain;
+	return x->stack_id == y->stack_id && x->kind == y->kind && x->alloc_idx == y->alloc_idx && x->domain == y->domain &&
+	       x->subtype == y->subtype;
 }
 
 static void stack_free(gpointer v)
@@ -65,6 +68,7 @@ struct profile *profile_new(double rate)
 	p->sites = g_hash_table_new_full(site_key_hash, site_key_equal, free, site_free);
 	p->blocks = g_hash_table_new_full(g_int64_hash, g_int64_equal, free, free);
 	p->domain_samples = g_hash_table_new(g_direct_hash, g_direct_equal);
+	p->custom_names = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, g_free);
 	p->interval_births = g_array_new(FALSE, TRUE, sizeof(uint64_t));
 	return p;
 }
@@ -77,6 +81,7 @@ void profile_free(struct profile *p)
 	g_array_free(p->interval_births, TRUE);
 	g_hash_table_destroy(p->sites);
 	g_hash_table_destroy(p->domain_samples);
+	g_hash_table_destroy(p->custom_names);
 	g_hash_table_destroy(p->stacks);
 	free(p);
 }
@@ -107,7 +112,10 @@ static void profile_add_stack(struct profile *p, const struct ch_sample_event *e
 int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_t size)
 {
 	struct site_key key = { .stack_id = ev->stack_id, .kind = ev->kind, .alloc_idx = ev->alloc_idx,
-				.domain = p->by_domain ? ev->domain : 0 };
+				.domain = p->by_domain ? ev->domain : 0,
+				.subtype = ev->kind == CH_KIND_CUSTOM	? ev->custom_ops
+					   : ev->kind == CH_KIND_BIGARRAY ? ev->ext_flags
+									  : 0 };
 	struct profile_site *site;
 	gpointer dsamples;
 
@@ -136,6 +144,7 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 		site->nallocs = ev->nallocs;
 		site->stack_id = ev->stack_id;
 		site->domain = key.domain;
+		site->subtype = key.subtype;
 		site->seq = g_hash_table_size(p->sites);
 		g_hash_table_insert(p->sites, k, site);
 	}
@@ -199,6 +208,8 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 	p->events++;
 	p->samples += ev->nsamples;
 	p->samples_by_kind[ev->kind] += ev->nsamples;
+	if (ev->kind == CH_KIND_BIGARRAY && ev->ext_flags <= CH_BA_MAPPED)
+		p->bigarray_samples[ev->ext_flags] += ev->nsamples;
 	p->walks_by_term[ev->term]++;
 	if (!p->first_ns || ev->time_ns < p->first_ns)
 		p->first_ns = ev->time_ns;
@@ -495,4 +506,24 @@ size_t profile_drop_small_sites(struct profile *p, uint64_t min_samples)
 		}
 	}
 	return n;
+}
+
+bool profile_custom_name_known(const struct profile *p, uint64_t ops)
+{
+	return g_hash_table_contains(p->custom_names, &ops);
+}
+
+void profile_set_custom_name(struct profile *p, uint64_t ops, const char *name)
+{
+	uint64_t *k = g_new(uint64_t, 1);
+
+	*k = ops;
+	g_hash_table_replace(p->custom_names, k, g_strdup(name ? name : ""));
+}
+
+const char *profile_custom_name(const struct profile *p, uint64_t ops)
+{
+	const char *n = g_hash_table_lookup(p->custom_names, &ops);
+
+	return n && n[0] ? n : NULL;
 }

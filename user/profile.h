@@ -25,6 +25,8 @@ struct profile_site {
 	uint32_t nallocs;      /* minor: allocations combined at that point, else 1 */
 	uint64_t stack_id;
 	uint32_t domain;       /* the allocating domain (OCaml 5 Domain.self), with profile.by_domain; else 0 */
+	uint64_t subtype;      /* CH_KIND_CUSTOM: the custom operations' runtime address (profile_custom_name);
+				* CH_KIND_BIGARRAY: whose data (CH_BA_*); else 0 */
 	uint32_t seq;          /* sites created before this one (ties in sorting follow it) */
 	bool hidden;           /* left out of the site lists (report --min-samples); totals count it */
 	const struct profile_stack *stack; /* NULL if its frames never arrived */
@@ -84,6 +86,8 @@ struct profile {
 	void *sites;           /* GHashTable (kind, id[, domain]) -> struct profile_site */
 	bool by_domain;        /* sites are split by allocating domain (--by-domain); set before adding events */
 	void *domain_samples;  /* GHashTable domain id (GUINT_TO_POINTER) -> samples (GSIZE_TO_POINTER) */
+	uint64_t bigarray_samples[3]; /* CH_KIND_BIGARRAY samples by CH_BA_* (owned, view, mapped) */
+	void *custom_names;    /* GHashTable custom operations address (uint64) -> identifier (char *) */
 	/* Census */
 	void *blocks;          /* GHashTable sample id -> struct profile_block (live ones) */
 	uint64_t live_samples, peak_live_samples;
@@ -97,6 +101,16 @@ struct profile {
 	uint32_t cur_minor_gcs, cur_major_gcs; /* latest counters seen in any event */
 	uint64_t last_clean_ns;
 };
+
+/* Custom block type names: the identifier string a struct
+ * custom_operations starts with (runtime/caml/custom.h: "_bigarr02",
+ * "_mpz", ...), by the operations' runtime address in the target.  The
+ * recorder reads it from the target at the address's first sighting
+ * (record.c); `name` NULL or "" records that it could not be read.
+ * profile_custom_name returns NULL for an address never named or unreadable. */
+bool profile_custom_name_known(const struct profile *p, uint64_t ops);
+void profile_set_custom_name(struct profile *p, uint64_t ops, const char *name);
+const char *profile_custom_name(const struct profile *p, uint64_t ops);
 
 /* Returns a new empty profile, or NULL on allocation failure. */
 struct profile *profile_new(double rate);

@@ -86,6 +86,14 @@ static void on_event(void *ctx, const struct ch_sample_event *ev, size_t size)
 {
 	struct intake *in = ctx;
 
+	if (ev->kind == CH_KIND_CUSTOM && size >= CH_EVENT_HEADER_BYTES && ev->custom_ops && in->smp &&
+	    !profile_custom_name_known(in->prof, ev->custom_ops)) {
+		char name[64];
+
+		sampler_custom_name(in->smp, ev->custom_ops, name, sizeof(name));
+		profile_set_custom_name(in->prof, ev->custom_ops, name);
+	}
+
 	/* the recording symbolizes each code when it first appears: a plugin
 	 * announced earlier in this batch must be known by then */
 	if (in->rec && in->rescan && !in->exec && in->smp && ev->kind < CH_KIND__COUNT)

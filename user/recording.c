@@ -3,6 +3,7 @@
 #include "recording.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -35,8 +36,11 @@ enum ann_type {
 	ANN_CYCLE = 2,  /* clean phases seen before the next allocations (their major cycle) */
 	ANN_CLEAN = 3,  /* a clean-phase note: its number (0..31), blocks in the major set (32..55) */
 	ANN_FATE = 4,   /* a fate memtrace has no event for: CH_FATE_* (48..55), object id (0..47) */
-	ANN_ALLOC = 5,  /* the next allocations: kind (0..1), in the minor heap (2), followed (3),
-			 * Comballoc index (8..15), allocations combined (16..31), domain (32..47) */
+	ANN_ALLOC = 5,  /* the next allocations: kind (0..1, and 4 for its third bit), in the minor heap (2),
+			 * followed (3), bigarray data CH_BA_* (5..6), Comballoc index (8..15), allocations
+			 * combined (16..31), domain (32..47) */
+	ANN_CUSTOM = 6, /* the next custom allocations' struct custom_operations * in the target (0..55);
+			 * their identifiers are in the context's "custom_names" */
 };
 
 static uint64_t u24(uint64_t v) { return v > 0xffffff ? 0xffffff : v; }
@@ -57,8 +61,8 @@ struct recording {
 	GHashTable *stacks_done;  /* stack ids whose codes all have one (uint64 set) */
 	GHashTable *ids;          /* kernel sample id -> object id */
 	GHashTable *funcs;        /* "function\0file" whose start line was written */
-	uint64_t gc, cycle, flags;
-	bool gc_set, cycle_set, flags_set;
+	uint64_t gc, cycle, flags, custom_ops;
+	bool gc_set, cycle_set, flags_set, custom_set;
 	uint64_t *codes;
 	size_t codes_cap;
 	int err;
@@ -206,7 +210,8 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 	uint64_t t = to_us(rc, ev->time_ns), id;
 	size_t n = 0, need;
 	uint64_t flags = (uint64_t)(ev->kind & 3) | (uint64_t)(ev->in_minor_heap ? 1 : 0) << 2 |
-			 (uint64_t)(ev->sample_id ? 1 : 0) << 3 | (uint64_t)ev->alloc_idx << 8 |
+			 (uint64_t)(ev->sample_id ? 1 : 0) << 3 | (uint64_t)((ev->kind >> 2) & 1) << 4 |
+			 (uint64_t)(ev->ext_flags & 3) << 5 | (uint64_t)ev->alloc_idx << 8 |
 			 (uint64_t)ev->nallocs << 16 | (uint64_t)(ev->domain & 0xffff) << 32;
 
 	if (t < rc->start_us)
@@ -221,6 +226,11 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 		rc->flags = flags;
 		rc->flags_set = true;
 		annotate(rc, t, ANN(ANN_ALLOC, flags));
+	}
+	if (ev->kind == CH_KIND_CUSTOM && (!rc->custom_set || rc->custom_ops != ev->custom_ops)) {
+		rc->custom_ops = ev->custom_ops;
+		rc->custom_set = true;
+		annotate(rc, t, ANN(ANN_CUSTOM, ev->custom_ops));
 	}
 	need = st ? st->nframes + 1 : 1;
 	if (need > rc->codes_cap) {
@@ -255,10 +265,11 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 		if (st)
 			g_hash_table_add(rc->stacks_done, u64_dup(ev->stack_id));
 	}
-	uint64_t length = ev->kind == CH_KIND_CUSTOM ? ev->size_words : ev->size_words ? ev->size_words - 1 : 0;
-	enum mt_source src = ev->kind == CH_KIND_MINOR ? MT_SRC_MINOR
-			     : ev->kind == CH_KIND_CUSTOM ? MT_SRC_EXTERNAL
-							  : MT_SRC_MAJOR;
+	/* out-of-heap memory (custom, bigarray data) is memtrace's "external":
+	 * its length is the whole size, no header */
+	bool external = ev->kind == CH_KIND_CUSTOM || ev->kind == CH_KIND_BIGARRAY;
+	uint64_t length = external ? ev->size_words : ev->size_words ? ev->size_words - 1 : 0;
+	enum mt_source src = ev->kind == CH_KIND_MINOR ? MT_SRC_MINOR : external ? MT_SRC_EXTERNAL : MT_SRC_MAJOR;
 	int ret = mt_put_alloc(rc->w, t, length, ev->nsamples ? ev->nsamples : 1, src, rc->codes, n, &id);
 
 	note_err(rc, ret);
@@ -389,6 +400,24 @@ static char *meta_json(const struct recording *rc, const struct report_meta *m, 
 	}
 	json_builder_set_member_name(jb, "orphan_fates");
 	json_builder_add_int_value(jb, (int64_t)p->orphan_fates);
+	{
+		GHashTableIter it;
+		gpointer k, v;
+
+		json_builder_set_member_name(jb, "custom_names");
+		json_builder_begin_object(jb);
+		g_hash_table_iter_init(&it, p->custom_names);
+		while (g_hash_table_iter_next(&it, &k, &v)) {
+			char key[24];
+
+			if (!((const char *)v)[0])
+				continue;
+			snprintf(key, sizeof(key), "%" PRIu64, (uint64_t)(*(const uint64_t *)k & ANN_PAYLOAD));
+			json_builder_set_member_name(jb, key);
+			json_builder_add_string_value(jb, v);
+		}
+		json_builder_end_object(jb);
+	}
 	json_builder_set_member_name(jb, "counters");
 	json_builder_begin_array(jb);
 	for (int i = 0; i < CH_CNT__COUNT; i++)
@@ -586,6 +615,20 @@ static bool read_meta(struct recording_loaded *out, struct loaded_priv *lp, cons
 		}
 		out->build_id = jget_str(lp, o, "build_id");
 		*orphans = (uint64_t)jget_int(o, "orphan_fates");
+		if (json_object_has_member(o, "custom_names") &&
+		    JSON_NODE_HOLDS_OBJECT(json_object_get_member(o, "custom_names"))) {
+			JsonObject *cn = json_object_get_object_member(o, "custom_names");
+			GList *names = json_object_get_members(cn);
+
+			for (GList *l = names; l; l = l->next) {
+				JsonNode *n = json_object_get_member(cn, l->data);
+
+				if (JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING)
+					profile_set_custom_name(out->prof, g_ascii_strtoull(l->data, NULL, 10),
+								json_node_get_string(n));
+			}
+			g_list_free(names);
+		}
 		if (json_object_has_member(o, "counters")) {
 			JsonArray *a = json_object_get_array_member(o, "counters");
 
@@ -626,6 +669,7 @@ struct load_state {
 	uint64_t from_us, to_us;
 	uint32_t minor, major, cycle, cycle_base;
 	uint64_t flags;
+	uint64_t custom_ops;       /* the last ANN_CUSTOM */
 	bool camlheap;
 	GByteArray *kept;          /* per object id: 1 kept, 2 kept and born in the minor heap, 0 not */
 	GHashTable *stack_ok;      /* stack hash -> GINT_TO_POINTER(1 keep, 2 drop) */
@@ -675,7 +719,9 @@ static void load_alloc(struct load_state *s, const struct mt_event *e)
 	if (!in_window)
 		goto done;
 	if (s->camlheap) {
-		kind = (unsigned)(s->flags & 3);
+		kind = (unsigned)(s->flags & 3) | (unsigned)((s->flags >> 4) & 1) << 2;
+		if (kind >= CH_KIND__COUNT)
+			kind = CH_KIND_MAJOR;
 	} else {
 		kind = e->source == MT_SRC_MINOR ? CH_KIND_MINOR : e->source == MT_SRC_EXTERNAL ? CH_KIND_CUSTOM
 											  : CH_KIND_MAJOR;
@@ -706,7 +752,11 @@ static void load_alloc(struct load_state *s, const struct mt_event *e)
 	ev->stack_id = h;
 	ev->time_ns = e->time_us * 1000;
 	ev->block_addr = 0;
-	ev->size_words = kind == CH_KIND_CUSTOM ? e->length : e->length + 1;
+	ev->size_words = kind == CH_KIND_CUSTOM || kind == CH_KIND_BIGARRAY ? e->length : e->length + 1;
+	if (s->camlheap && kind == CH_KIND_BIGARRAY)
+		ev->ext_flags = (uint8_t)((s->flags >> 5) & 3);
+	if (s->camlheap && kind == CH_KIND_CUSTOM)
+		ev->custom_ops = s->custom_ops;
 	ev->minor_gcs = s->minor;
 	ev->major_gcs = s->major;
 	ev->clean_phases = s->cycle > s->cycle_base ? s->cycle - s->cycle_base : 0;
@@ -790,6 +840,9 @@ static void load_annotation(struct load_state *s, uint64_t t_us, uint64_t code)
 		break;
 	case ANN_ALLOC:
 		s->flags = v;
+		break;
+	case ANN_CUSTOM:
+		s->custom_ops = v;
 		break;
 	}
 }

@@ -20,6 +20,7 @@ static const char *const kind_names[CH_KIND__COUNT] = {
 	[CH_KIND_MAJOR] = "major",
 	[CH_KIND_CUSTOM] = "custom",
 	[CH_KIND_UNMARSHAL] = "unmarshal",
+	[CH_KIND_BIGARRAY] = "bigarray",
 };
 
 static const char *const term_names[CH_TERM__COUNT] = {
@@ -30,6 +31,29 @@ static const char *const term_names[CH_TERM__COUNT] = {
 };
 
 #define MAX_INLINE 16
+
+const char *report_bigarray_owner(uint64_t ext_flags)
+{
+	return ext_flags == CH_BA_OWNED ? "owned" : ext_flags == CH_BA_VIEW ? "view" : "mapped";
+}
+
+/* The site's type, under its header: a custom block's operations, whose
+ * data a bigarray holds. */
+static void site_type_line(FILE *out, const struct profile *p, const struct profile_site *s)
+{
+	if (s->kind == CH_KIND_CUSTOM) {
+		const char *n = profile_custom_name(p, s->subtype);
+
+		if (n)
+			fprintf(out, "    custom type \"%s\" (out-of-heap memory its blocks declare)\n", n);
+	} else if (s->kind == CH_KIND_BIGARRAY) {
+		fprintf(out, "    bigarray data: %s\n",
+			s->subtype == CH_BA_OWNED ? "owned (malloc'ed for it by caml_ba_alloc, freed by its finaliser)"
+			: s->subtype == CH_BA_VIEW
+				? "a view (sub, slice, reshape, or data from C): the memory belongs elsewhere, not counted"
+				: "a memory-mapped file (Unix.map_file): file pages, not counted");
+	}
+}
 
 const char *report_kind_name(unsigned kind)
 {
@@ -161,6 +185,7 @@ static guint frame_id(struct frame_ids *fi, struct modules *mods, uint64_t pc, u
 }
 
 struct group_key {
+	uint64_t subtype;     /* profile_site.subtype */
 	uint8_t kind;
 	uint8_t term;         /* 0xff: stack frames lost */
 	uint32_t domain;      /* the site's (0 unless split by domain) */
@@ -171,7 +196,8 @@ struct group_key {
 static guint group_key_hash(gconstpointer p)
 {
 	const struct group_key *k = p;
-	guint h = 2166136261u ^ k->kind ^ ((guint)k->term << 8) ^ (k->domain * 0x9e3779b9u);
+	guint h = 2166136261u ^ k->kind ^ ((guint)k->term << 8) ^ (k->domain * 0x9e3779b9u) ^
+		  (guint)(k->subtype ^ (k->subtype >> 32));
 
 	for (uint32_t i = 0; i < k->n; i++)
 		h = (h ^ k->ids[i]) * 16777619u;
@@ -183,6 +209,7 @@ static gboolean group_key_equal(gconstpointer a, gconstpointer b)
 	const struct group_key *x = a, *y = b;
 
 	return x->kind == y->kind && x->term == y->term && x->domain == y->domain && x->n == y->n &&
+	       x->subtype == y->subtype &&
 	       !memcmp(x->ids, y->ids, x->n * sizeof(*x->ids));
 }
 
@@ -283,6 +310,7 @@ static struct site_group *group_sites(const struct profile *p, struct modules *m
 		gpointer at;
 
 		k->kind = s->kind;
+		k->subtype = s->subtype;
 		k->domain = s->domain;
 		k->term = s->stack ? s->stack->term : 0xff;
 		k->n = s->stack ? s->stack->nframes : 0;
@@ -508,9 +536,11 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		" probe hit%s (~1 us each, more for samples with deep stacks)\n",
 		m->cpu_s, m->max_rss_mib, hits, plural(hits));
 	}
+	/* bigarray views and mapped files point to memory counted elsewhere
+	 * (or backed by a file): shown, not added up */
 	for (int k = CH_KIND_MINOR; k < CH_KIND__COUNT; k++)
-		total += est_bytes(p, p->samples_by_kind[k]);
-	fprintf(out, "allocated   estimated %s: minor %s, major %s, custom %s, unmarshal %s\n",
+		total += est_bytes(p, k == CH_KIND_BIGARRAY ? p->bigarray_samples[CH_BA_OWNED] : p->samples_by_kind[k]);
+	fprintf(out, "allocated   estimated %s: minor %s, major %s, custom %s, unmarshal %s",
 		report_format_bytes(total, b1, sizeof(b1)),
 		m->minor_off_why ? "not sampled"
 				 : report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_MINOR]), b5, sizeof(b5)),
@@ -518,11 +548,19 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_CUSTOM]), b3, sizeof(b3)),
 		m->unmarshal_off_why ? "not sampled"
 				     : report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_UNMARSHAL]), b4, sizeof(b4)));
+	fprintf(out, ", bigarray %s", report_format_bytes(est_bytes(p, p->bigarray_samples[CH_BA_OWNED]), b2, sizeof(b2)));
+	if (p->bigarray_samples[CH_BA_VIEW] || p->bigarray_samples[CH_BA_MAPPED])
+		fprintf(out, " (not counted: views of other memory %s, mapped files %s)",
+			report_format_bytes(est_bytes(p, p->bigarray_samples[CH_BA_VIEW]), b3, sizeof(b3)),
+			report_format_bytes(est_bytes(p, p->bigarray_samples[CH_BA_MAPPED]), b4, sizeof(b4)));
+	fputc('\n', out);
 	if (!m->foreign)
 		fprintf(out,
 			"observed    by the probes (exact, not estimated): major %" PRIu64 " words in %" PRIu64
-			" blocks, custom %" PRIu64 " words, unmarshal %" PRIu64 " words\n",
-			c[CH_CNT_WORDS_MAJOR], c[CH_CNT_HITS_MAJOR], c[CH_CNT_WORDS_CUSTOM], c[CH_CNT_WORDS_UNMARSHAL]);
+			" blocks, custom %" PRIu64 " words, unmarshal %" PRIu64 " words, bigarray %" PRIu64
+			" words in %" PRIu64 " arrays\n",
+			c[CH_CNT_WORDS_MAJOR], c[CH_CNT_HITS_MAJOR], c[CH_CNT_WORDS_CUSTOM], c[CH_CNT_WORDS_UNMARSHAL],
+			c[CH_CNT_WORDS_BIGARRAY], c[CH_CNT_HITS_BIGARRAY]);
 	if (g_hash_table_size(p->domain_samples) > 1 || p->by_domain ||
 	    g_hash_table_lookup(p->domain_samples, GUINT_TO_POINTER(1)) ||
 	    (g_hash_table_size(p->domain_samples) == 1 && !g_hash_table_contains(p->domain_samples, GUINT_TO_POINTER(0)))) {
@@ -651,6 +689,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)),
 			report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)), g->samples, plural(g->samples),
 			p->samples ? 100.0 * (double)g->samples / (double)p->samples : 0.0);
+		site_type_line(out, p, g->site);
 		if ((m->live || m->value != REPORT_VALUE_ALLOC) && m->census_on)
 			site_live_line(out, p, g);
 		lines = site_lines(g->site, mods);
@@ -1100,6 +1139,10 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 
 		json_builder_begin_object(jb);
 		json_member_str(jb, "kind", kind_names[s->kind]);
+		if (s->kind == CH_KIND_CUSTOM && profile_custom_name(p, s->subtype))
+			json_member_str(jb, "custom_type", profile_custom_name(p, s->subtype));
+		if (s->kind == CH_KIND_BIGARRAY)
+			json_member_str(jb, "bigarray_data", report_bigarray_owner(s->subtype));
 		json_builder_set_member_name(jb, "stack");
 		if (s->stack && !m->json_no_stacks)
 			json_builder_add_int_value(jb, GPOINTER_TO_UINT(g_hash_table_lookup(stack_ix, &s->stack->id)));

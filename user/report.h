@@ -111,6 +111,9 @@ int report_render(FILE *out, enum report_format format, bool census, const struc
 
 /* "minor", "major", "custom", "unmarshal" for an enum ch_alloc_kind; "?"
  * out of range. */
+/* "owned", "view" or "mapped": whose data a bigarray site's samples are
+ * (profile_site.subtype, CH_BA_* in camlheap.h). */
+const char *report_bigarray_owner(uint64_t ext_flags);
 const char *report_kind_name(unsigned kind);
 
 /* Why a stack walk ended (enum ch_stack_term): "clean", "unknown pc",

@@ -255,6 +255,10 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_ALLOC_SHR_NOEXC_RET] = s->skel->progs.on_alloc_shr_ret,
 		[OCAML_PROBE_CUSTOM_MEM] = s->skel->progs.on_custom_mem,
 		[OCAML_PROBE_CUSTOM_MEM_RET] = s->skel->progs.on_custom_mem_ret,
+		[OCAML_PROBE_BA_ALLOC_RET] = s->skel->progs.on_ba_alloc_ret,
+		[OCAML_PROBE_BA_ALLOC] = s->skel->progs.on_ba_alloc,
+		[OCAML_PROBE_MAPPED_ALLOC_RET] = s->skel->progs.on_ba_alloc_ret,
+		[OCAML_PROBE_MAPPED_ALLOC] = s->skel->progs.on_mapped_alloc,
 		[OCAML_PROBE_DISPATCH5] = s->skel->progs.on_dispatch5,
 		[OCAML_PROBE_DISPATCH5_RET] = s->skel->progs.on_dispatch5_ret,
 		[OCAML_PROBE_RESET_LIMIT] = s->skel->progs.on_reset_young_limit,
@@ -284,6 +288,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		.memprof_trig_off = rt->memprof_trig_off,
 		.heap_state_sym = rt->heap_state_sym,
 		.major_cap = s->max_tracked,
+		.ba_ops_sym = rt->ba_ops_sym,
 	};
 	int order[OCAML_PROBE__COUNT], norder = 0;
 	__u32 key = pid;
@@ -661,4 +666,16 @@ void sampler_close(struct sampler *s)
 	ring_buffer__free(s->rb);
 	alloc_bpf__destroy(s->skel);
 	free(s);
+}
+
+void sampler_custom_name(const struct sampler *s, uint64_t ops, char *name, size_t len)
+{
+	struct ch_custom_name n;
+	__u64 key = ops;
+
+	name[0] = '\0';
+	if (len && bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.custom_names), &key, &n) == 0) {
+		n.name[sizeof(n.name) - 1] = '\0';
+		snprintf(name, len, "%s", n.name);
+	}
 }

@@ -103,6 +103,12 @@ int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen);
  * worst one early major slice each), 0 normally. */
 int sampler_detach(struct sampler *s);
 
+/* The identifier of the custom operations at runtime address `ops` in the
+ * target (runtime/caml/custom.h: struct custom_operations starts with it),
+ * as the BPF side read it when it first sampled a block of that type; ""
+ * if never seen or unreadable.  Writes at most `len` bytes into `name`. */
+void sampler_custom_name(const struct sampler *s, uint64_t ops, char *name, size_t len);
+
 /* fd that becomes readable when the ring buffer wakes its reader (epoll fd). */
 int sampler_ring_fd(const struct sampler *s);
 
