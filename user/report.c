@@ -1036,6 +1036,8 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 	json_member_int(jb, "major", (int64_t)c[CH_CNT_WORDS_MAJOR]);
 	json_member_int(jb, "custom", (int64_t)c[CH_CNT_WORDS_CUSTOM]);
 	json_member_int(jb, "unmarshal", (int64_t)c[CH_CNT_WORDS_UNMARSHAL]);
+	json_member_int(jb, "bigarray", (int64_t)c[CH_CNT_WORDS_BIGARRAY]);
+	json_member_int(jb, "bigarray_arrays", (int64_t)c[CH_CNT_HITS_BIGARRAY]);
 	json_builder_end_object(jb);
 	json_builder_set_member_name(jb, "walks");
 	json_builder_begin_object(jb);
