@@ -327,6 +327,30 @@ static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 bloc
 	}
 }
 
+/* Custom operations seen -> their identifier string (the first field of
+ * struct custom_operations, runtime/caml/custom.h), read here, where the
+ * target is surely alive; user space names sites from it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, struct ch_custom_name);
+} custom_names SEC(".maps");
+
+/* A sample of custom operations `ops`: name them once. */
+static __always_inline void note_custom_name(__u64 ops)
+{
+	struct ch_custom_name zero = {}, *n;
+	__u64 id = 0;
+
+	if (!ops || bpf_map_lookup_elem(&custom_names, &ops))
+		return;
+	bpf_map_update_elem(&custom_names, &ops, &zero, BPF_NOEXIST);
+	n = bpf_map_lookup_elem(&custom_names, &ops);
+	if (n && !bpf_probe_read_user(&id, sizeof(id), (void *)ops) && id)
+		bpf_probe_read_user_str(n->name, sizeof(n->name), (void *)id);
+}
+
 /* `words` allocated at `block` (of kind `kind`): draw its samples from the
  * domain's (4.x: the process's) countdown and emit them.  `ops`: a custom
  * block's operations; `ext_flags`: a bigarray's CH_BA_*. */
@@ -356,8 +380,11 @@ static __always_inline void on_words_ext(__u8 kind, __u64 block, __u64 words, __
 	} else {
 		n = sample_words(&p->next_sample_words, words);
 	}
-	if (n)
+	if (n) {
+		if (kind == CH_KIND_CUSTOM)
+			note_custom_name(ops);
 		emit_sample(p, kind, block, words, n, ops, ext_flags);
+	}
 }
 
 static __always_inline void on_words(__u8 kind, __u64 block, __u64 words)
@@ -368,17 +395,8 @@ static __always_inline void on_words(__u8 kind, __u64 block, __u64 words)
 /* A custom block's out-of-heap `bytes`: its ops are Custom_ops_val(block),
  * the block's first word (runtime/caml/custom.h).  A bigarray's are left to
  * the caml_ba_alloc return probe when it is attached (it knows whose data
- * it is, and sees views and mapped files, which declare none). */
-/* Custom operations seen -> their identifier string (the first field of
- * struct custom_operations, runtime/caml/custom.h), read here, where the
- * target is surely alive; user space names sites from it. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u64);
-	__type(value, struct ch_custom_name);
-} custom_names SEC(".maps");
-
+ * it is, and sees views and mapped files, which declare none).  The type
+ * name is read only for sampled blocks (note_custom_name). */
 static __always_inline void on_custom(__u64 block, __u64 bytes, __u64 ops)
 {
 	struct ch_proc *p = current_proc();
@@ -389,16 +407,6 @@ static __always_inline void on_custom(__u64 block, __u64 bytes, __u64 ops)
 		bpf_probe_read_user(&ops, sizeof(ops), (void *)block);
 	if (p->ba_ops_sym && ops == p->ba_ops_sym + p->load_bias)
 		return;
-	if (ops && !bpf_map_lookup_elem(&custom_names, &ops)) {
-		struct ch_custom_name zero = {};
-		struct ch_custom_name *n;
-		__u64 id = 0;
-
-		bpf_map_update_elem(&custom_names, &ops, &zero, BPF_NOEXIST);
-		n = bpf_map_lookup_elem(&custom_names, &ops);
-		if (n && !bpf_probe_read_user(&id, sizeof(id), (void *)ops) && id)
-			bpf_probe_read_user_str(n->name, sizeof(n->name), (void *)id);
-	}
 	on_words_ext(CH_KIND_CUSTOM, block, bytes / 8, ops, 0);
 }
 
@@ -417,25 +425,25 @@ struct {
 	__type(value, __u8);
 } ba_inflight SEC(".maps");
 
-SEC("uprobe")
-int BPF_KPROBE(on_ba_alloc, __u32 flags, __u32 num_dims, __u64 data)
+static __always_inline void ba_entry(__u8 owner)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	__u8 owner = data ? CH_BA_VIEW : CH_BA_OWNED;
 
 	if (current_proc())
 		bpf_map_update_elem(&ba_inflight, &tid, &owner, BPF_ANY);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(on_ba_alloc, __u32 flags, __u32 num_dims, __u64 data)
+{
+	ba_entry(data ? CH_BA_VIEW : CH_BA_OWNED);
 	return 0;
 }
 
 SEC("uprobe")
 int BPF_KPROBE(on_mapped_alloc)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	__u8 owner = CH_BA_MAPPED;
-
-	if (current_proc())
-		bpf_map_update_elem(&ba_inflight, &tid, &owner, BPF_ANY);
+	ba_entry(CH_BA_MAPPED);
 	return 0;
 }
 

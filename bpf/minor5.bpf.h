@@ -130,6 +130,26 @@ static __always_inline void minor5_skip_passed(struct ch_domain *d, struct minor
 	}
 }
 
+/* At a caml_reset_young_limit of domain `dom` (entry or return, thread
+ * `tid`): the domain's state and view, its sample point brought up to date
+ * (a new minor cycle; a point passed untrapped counted and redrawn).
+ * Inside a dispatch the block to redo sits just below young_ptr (undone):
+ * a P in it is not passed yet, the dispatch's return probe takes it.
+ * Returns the domain's state, or NULL (unreadable: nothing to do). */
+static __always_inline struct ch_domain *minor5_at_reset(struct ch_proc *p, __u64 dom, __u32 tid,
+							 struct minor_view *v)
+{
+	struct inflight_tid *it;
+	struct ch_domain *d = dom ? ocaml5_domain_state(dom) : 0;
+
+	if (!d || minor5_read_view(p, dom, v))
+		return 0;
+	minor5_sync_epoch(d, v);
+	it = bpf_map_lookup_elem(&inflight_by_tid, &tid);
+	minor5_skip_passed(d, v, v->yp + (it ? it->whsize * 8 : 0));
+	return d;
+}
+
 /* young_limit := max(young_trigger, P), through the ptrace executor with
  * the process frozen. */
 static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_domain *d, struct minor_view *v)
@@ -290,16 +310,11 @@ struct {
 static __always_inline void minor5_lend_trigger(struct ch_proc *p, __u64 dom, __u32 tid)
 {
 	struct trig_loan loan;
-	struct inflight_tid *it;
 	struct minor_view v;
-	struct ch_domain *d;
+	struct ch_domain *d = minor5_at_reset(p, dom, tid, &v);
 
-	d = dom ? ocaml5_domain_state(dom) : 0;
-	if (!d || minor5_read_view(p, dom, &v))
+	if (!d)
 		return;
-	minor5_sync_epoch(d, &v);
-	it = bpf_map_lookup_elem(&inflight_by_tid, &tid);
-	minor5_skip_passed(d, &v, v.yp + (it ? it->whsize * 8 : 0));
 	if (v.memprof_trig > v.start && v.memprof_trig <= v.end) {
 		count(CH_CNT_MEMPROF_ACTIVE, 1);
 		return;
@@ -368,7 +383,6 @@ int BPF_KRETPROBE(on_reset_young_limit_ret)
 {
 	struct ch_proc *p = current_proc();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct inflight_tid *it;
 	struct minor_view v;
 	struct ch_domain *d;
 	__u64 dom, *dp;
@@ -385,15 +399,9 @@ int BPF_KRETPROBE(on_reset_young_limit_ret)
 		return 0;
 	dom = *dp;
 	bpf_map_delete_elem(&reset_dom, &tid);
-	d = dom ? ocaml5_domain_state(dom) : 0;
-	if (!d || minor5_read_view(p, dom, &v))
-		return 0;
-	minor5_sync_epoch(d, &v);
-	/* inside a dispatch the block to redo sits just below young_ptr
-	 * (undone): a P in it is not passed yet, the return probe takes it */
-	it = bpf_map_lookup_elem(&inflight_by_tid, &tid);
-	minor5_skip_passed(d, &v, v.yp + (it ? it->whsize * 8 : 0));
-	minor5_apply_limit(p, d, &v);
+	d = minor5_at_reset(p, dom, tid, &v);
+	if (d)
+		minor5_apply_limit(p, d, &v);
 	return 0;
 }
 

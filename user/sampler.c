@@ -476,15 +476,25 @@ static void close_fds_by_link(const char *prefix, bool close_matching, int keep)
 		closedir(d);
 }
 
-static int loans_in_map(int fd)
+/* Wait up to 0.5 s until the map of young_trigger loans (bpf/minor5.bpf.h
+ * trig_loans, fd `fd`) is empty: every lent value given back.  Returns the
+ * loans still out. */
+static int wait_loans_returned(int fd)
 {
-	__u32 key, next, *prev = NULL;
 	int n = 0;
 
-	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-		n++;
-		key = next;
-		prev = &key;
+	for (int tries = 0; tries < 500; tries++) {
+		__u32 key, next, *prev = NULL;
+
+		n = 0;
+		while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+			n++;
+			key = next;
+			prev = &key;
+		}
+		if (!n)
+			break;
+		usleep(1000);
 	}
 	return n;
 }
@@ -524,8 +534,7 @@ static void holder_main(int rd, int lend_link, int loans_fd)
 		;
 	if (lend_link >= 0) {
 		close(lend_link);
-		for (int tries = 0; tries < 500 && loans_in_map(loans_fd) > 0; tries++)
-			usleep(1000);
+		wait_loans_returned(loans_fd);
 	}
 	_exit(0);
 }
@@ -597,13 +606,6 @@ int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
 	return 0;
 }
 
-/* Loans of young_trigger not given back yet (bpf/minor5.bpf.h): threads
- * between the entry and the return of caml_reset_young_limit. */
-static int loans_outstanding(const struct sampler *s)
-{
-	return loans_in_map(bpf_map__fd(s->skel->maps.trig_loans));
-}
-
 int sampler_detach(struct sampler *s)
 {
 	int left = 0;
@@ -614,8 +616,7 @@ int sampler_detach(struct sampler *s)
 		 * than this keeps its loan: harmless, see minor5.bpf.h) */
 		bpf_link__destroy(s->links[OCAML_PROBE_RESET_LIMIT]);
 		s->links[OCAML_PROBE_RESET_LIMIT] = NULL;
-		for (int tries = 0; tries < 500 && (left = loans_outstanding(s)) > 0; tries++)
-			usleep(1000);
+		left = wait_loans_returned(bpf_map__fd(s->skel->maps.trig_loans));
 	}
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
 		bpf_link__destroy(s->links[i]);
