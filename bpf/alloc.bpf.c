@@ -213,11 +213,29 @@ static __always_inline int domain_state_plausible(__u64 caml_state, struct ch_sa
 	       f[CH_OCAML4_YOUNG_ALLOC_START / 8] < f[CH_OCAML4_YOUNG_ALLOC_END / 8];
 }
 
+/* OCaml 5 counters for an event taken on a thread without a domain: the
+ * exported globals only. */
+static __always_inline void counters5(struct ch_proc *p, struct ch_sample_event *ev)
+{
+	__u64 minor = 0, major = 0, compactions = 0;
+
+	bpf_probe_read_user(&minor, sizeof(minor), (void *)(p->minor_count_sym + p->load_bias));
+	bpf_probe_read_user(&major, sizeof(major), (void *)(p->major_count_sym + p->load_bias));
+	if (p->compact_count_sym)
+		bpf_probe_read_user(&compactions, sizeof(compactions), (void *)(p->compact_count_sym + p->load_bias));
+	ev->minor_gcs = (__u32)minor;
+	ev->major_gcs = (__u32)major;
+	ev->compactions = (__u32)compactions;
+}
+
 /* Fill the per-CPU event with the sample's identity and its walked stack
- * (stack id, and whether its frames must be sent).  Returns the event, or
- * NULL if the scratch buffer is missing. */
-static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, __u8 kind, __u64 block, __u64 words,
-							     __u32 n)
+ * (stack id, and whether its frames must be sent).  `lead`: a pseudo frame
+ * put before the OCaml ones (--malloc), or 0.  `walk` 0: the thread runs no
+ * OCaml code (--malloc from a C thread): the stack is `lead` alone, clean,
+ * and only the collection counters are read.  Returns the event, or NULL
+ * if the scratch buffer is missing. */
+static __always_inline struct ch_sample_event *prepare_event_ext(struct ch_proc *p, __u8 kind, __u64 block,
+								 __u64 words, __u32 n, __u64 lead, int walk)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 zero = 0;
@@ -244,7 +262,19 @@ static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, 
 	ev->ext_flags = 0;
 	ev->custom_ops = 0;
 
-	if (p->ocaml5) {
+	if (!walk) {
+		struct ocaml_walk u = { .ev = ev, .hash = 0xcbf29ce484222325ULL, .term = CH_TERM_CLEAN };
+
+		if (p->ocaml5) {
+			counters5(p, ev);
+		} else if (!bpf_probe_read_user(&caml_state, sizeof(caml_state),
+						(void *)(p->caml_state_sym + p->load_bias)) && caml_state) {
+			domain_state_plausible(caml_state, ev);
+			ev->in_minor_heap = 0;
+		}
+		unwind_lead(&u, lead);
+		unwind_finish(&u);
+	} else if (p->ocaml5) {
 		caml_state = ocaml5_dom(p);
 		if (!caml_state || !domain5_plausible(p, caml_state, ev)) {
 			count(CH_CNT_BAD_STATE, 1);
@@ -252,7 +282,7 @@ static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, 
 			ev->term = CH_TERM_READ_ERROR;
 			ev->stack_id = CH_TERM_READ_ERROR;
 		} else {
-			unwind_ocaml5(ev, caml_state, p->load_bias, p->first_frame);
+			unwind_ocaml5(ev, caml_state, p->load_bias, p->first_frame, lead);
 		}
 	} else if (bpf_probe_read_user(&caml_state, sizeof(caml_state), (void *)(p->caml_state_sym + p->load_bias)) ||
 	    !caml_state || !domain_state_plausible(caml_state, ev)) {
@@ -261,10 +291,16 @@ static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, 
 		ev->term = CH_TERM_READ_ERROR;
 		ev->stack_id = CH_TERM_READ_ERROR;
 	} else {
-		unwind_ocaml4(ev, caml_state, p->load_bias);
+		unwind_ocaml4(ev, caml_state, p->load_bias, lead);
 	}
 	ev->has_frames = bpf_map_update_elem(&stacks_sent, &ev->stack_id, &one, BPF_NOEXIST) == 0;
 	return ev;
+}
+
+static __always_inline struct ch_sample_event *prepare_event(struct ch_proc *p, __u8 kind, __u64 block, __u64 words,
+							     __u32 n)
+{
+	return prepare_event_ext(p, kind, block, words, n, 0, 1);
 }
 
 /* Send a prepared event (its frames too if has_frames); count it, or count
@@ -834,3 +870,4 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 
 #include "minor.bpf.h"
 #include "minor5.bpf.h"
+#include "malloc.bpf.h"

@@ -51,6 +51,7 @@ struct ocaml_walk {
 	__u32 term;
 	__u64 stack;      /* OCaml 5: the stack_info (fiber) being walked */
 	__u64 ff;         /* OCaml 5: First_frame(sp) - sp */
+	__u32 lead;       /* frames already in ev->frames before the walk (a --malloc pseudo frame) */
 };
 
 /* FNV-1a style mixing of 64-bit words; the id only has to separate distinct
@@ -70,14 +71,14 @@ static __always_inline struct ch_frame_val *unwind_record(struct ocaml_walk *u, 
 {
 	struct ch_frame_key key = { .retaddr = u->pc - u->bias };
 	struct ch_frame_val *d;
-	__u32 idx = i;
+	__u32 idx = i + u->lead;
 
 	/* Keep the compiler from indexing with a copy of i that the verifier
 	 * has no bound for. */
 	asm volatile("" : "+r"(idx));
-	idx &= CH_MAX_FRAMES - 1;
-	if (i >= CH_MAX_FRAMES)
+	if (i + u->lead >= CH_MAX_FRAMES)
 		return NULL;
+	idx &= CH_MAX_FRAMES - 1;
 	d = bpf_map_lookup_elem(&frametable, &key);
 	if (!d) {
 		key.retaddr = u->pc;
@@ -88,7 +89,7 @@ static __always_inline struct ch_frame_val *unwind_record(struct ocaml_walk *u, 
 		return NULL;
 	}
 	u->ev->frames[idx] = u->pc;
-	u->nframes = i + 1;
+	u->nframes = i + 1 + u->lead;
 	u->hash = unwind_mix(u->hash, u->pc);
 	return d;
 }
@@ -128,7 +129,27 @@ static long unwind_step(__u32 i, void *data)
  * ev->frames (runtime addresses, leaf first).  Sets ev->nframes, ev->term
  * and ev->stack_id.  `caml_state` is the runtime address of the
  * caml_domain_state. */
-static __always_inline void unwind_ocaml4(struct ch_sample_event *ev, __u64 caml_state, __u64 bias)
+/* A walk's first frame, before any OCaml one: `lead` (a --malloc pseudo
+ * return address naming the libc function) if nonzero. */
+static __always_inline void unwind_lead(struct ocaml_walk *u, __u64 lead)
+{
+	if (lead) {
+		u->ev->frames[0] = lead;
+		u->lead = 1;
+		u->nframes = 1;
+		u->hash = unwind_mix(u->hash, lead);
+	}
+}
+
+/* The stack id of a walk that ended after u->nframes frames. */
+static __always_inline void unwind_finish(struct ocaml_walk *u)
+{
+	u->ev->nframes = u->nframes;
+	u->ev->term = u->term;
+	u->ev->stack_id = unwind_mix(unwind_mix(u->hash, u->nframes), u->term);
+}
+
+static __always_inline void unwind_ocaml4(struct ch_sample_event *ev, __u64 caml_state, __u64 bias, __u64 lead)
 {
 	struct ocaml_walk u = {
 		.ev = ev,
@@ -139,6 +160,7 @@ static __always_inline void unwind_ocaml4(struct ch_sample_event *ev, __u64 caml
 	__u64 regs[2]; /* bottom_of_stack, last_return_address: adjacent fields */
 	__u32 depth = max_frames;
 
+	unwind_lead(&u, lead);
 	if (bpf_probe_read_user(regs, sizeof(regs), (void *)(caml_state + CH_OCAML4_BOTTOM_OF_STACK))) {
 		u.term = CH_TERM_READ_ERROR;
 	} else {
@@ -157,9 +179,7 @@ static __always_inline void unwind_ocaml4(struct ch_sample_event *ev, __u64 caml
 		if (depth)
 			bpf_loop(depth, unwind_step, &u, 0);
 	}
-	ev->nframes = u.nframes;
-	ev->term = u.term;
-	ev->stack_id = unwind_mix(unwind_mix(u.hash, u.nframes), u.term);
+	unwind_finish(&u);
 }
 
 /* OCaml 5: enter the stack (fiber) `stack` at its saved sp, or, if it is
@@ -242,7 +262,7 @@ static long unwind5_step(__u32 i, void *data)
  * address): its current fiber from the sp that caml_c_call / caml_call_gc
  * saved in current_stack->sp, then each parent fiber up to the main stack.
  * Same output as unwind_ocaml4. */
-static __always_inline void unwind_ocaml5(struct ch_sample_event *ev, __u64 dom, __u64 bias, __u64 ff)
+static __always_inline void unwind_ocaml5(struct ch_sample_event *ev, __u64 dom, __u64 bias, __u64 ff, __u64 lead)
 {
 	struct ocaml_walk u = {
 		.ev = ev,
@@ -254,6 +274,7 @@ static __always_inline void unwind_ocaml5(struct ch_sample_event *ev, __u64 dom,
 	__u64 stack = 0;
 	__u32 depth = max_frames;
 
+	unwind_lead(&u, lead);
 	if (bpf_probe_read_user(&stack, sizeof(stack), (void *)(dom + CH_OCAML5_CURRENT_STACK)) || !stack) {
 		u.term = CH_TERM_READ_ERROR;
 	} else if (!unwind5_enter(&u, stack)) {
@@ -262,9 +283,7 @@ static __always_inline void unwind_ocaml5(struct ch_sample_event *ev, __u64 dom,
 		if (depth)
 			bpf_loop(depth, unwind5_step, &u, 0);
 	}
-	ev->nframes = u.nframes;
-	ev->term = u.term;
-	ev->stack_id = unwind_mix(unwind_mix(u.hash, u.nframes), u.term);
+	unwind_finish(&u);
 }
 
 #endif

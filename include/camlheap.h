@@ -31,6 +31,9 @@ enum ch_alloc_kind {
 	CH_KIND_UNMARSHAL = 3,  /* unmarshalled (interned) region, words incl. headers */
 	CH_KIND_BIGARRAY = 4,   /* a bigarray's data (caml_ba_alloc, caml_unix_mapped_alloc): words = bytes/8;
 				 * ext_flags says whose data it is (CH_BA_*) */
+	CH_KIND_MALLOC = 5,     /* --malloc: the target's libc malloc/calloc/realloc/posix_memalign/
+				 * aligned_alloc/memalign or anonymous mmap (words = bytes/8); ext_flags is the
+				 * enum ch_malloc_fn, its leaf frame CH_PSEUDO_PC(fn) */
 	CH_KIND__COUNT
 };
 
@@ -42,6 +45,41 @@ enum ch_alloc_kind {
 #define CH_BA_OWNED 0   /* malloc'ed for this bigarray, freed by its finaliser */
 #define CH_BA_VIEW 1    /* data given by the caller: a view of memory owned elsewhere */
 #define CH_BA_MAPPED 2  /* a memory-mapped file (Unix.map_file) */
+
+/* The libc function a CH_KIND_MALLOC sample comes from (ch_sample_event.ext_flags,
+ * low bits); the order is the order of the probes in user/malloc_probes.c. */
+enum ch_malloc_fn {
+	CH_MFN_MALLOC = 0,
+	CH_MFN_CALLOC,          /* calloc(n, size): n * size bytes */
+	CH_MFN_REALLOC,         /* realloc(p, size): frees p (if it was followed), allocates size bytes */
+	CH_MFN_POSIX_MEMALIGN,  /* posix_memalign(&p, align, size) */
+	CH_MFN_ALIGNED_ALLOC,   /* aligned_alloc(align, size) */
+	CH_MFN_MEMALIGN,        /* memalign(align, size) */
+	CH_MFN_MMAP,            /* mmap(addr, len, prot, MAP_ANONYMOUS|..., ...): len bytes (address space,
+				 * not resident pages) */
+	CH_MFN__ALLOCS,
+	CH_MFN_FREE = CH_MFN__ALLOCS, /* free(p) */
+	CH_MFN_MUNMAP,          /* munmap(addr, len): the mapping that starts at addr (a partial unmap counts
+				 * as the whole mapping's end) */
+	CH_MFN__COUNT
+};
+/* ext_flags bit of a CH_KIND_MALLOC sample: the calling thread was not
+ * running OCaml code at the time (a C thread, or a thread inside a blocking
+ * section while another one holds the runtime): no OCaml stack. */
+#define CH_MALLOC_OUTSIDE 0x80
+
+/* The leaf frame of a CH_KIND_MALLOC sample's stack: a pseudo return
+ * address that names the probed libc function (modules.c symbolizes it).
+ * Above every user-space address (47 bits) and inside memtrace's 48-bit
+ * code field (recording.c). */
+#define CH_PSEUDO_PC_BASE 0xffffffffff00ULL
+#define CH_PSEUDO_PC(fn) (CH_PSEUDO_PC_BASE | (__u64)(fn))
+
+/* Link-time ranges of runtime functions whose own malloc/mmap calls make
+ * memory the report already counts (heap chunks, pools, minor heaps,
+ * large blocks, bigarray data): a --malloc call whose return address lies
+ * in one of them is left out (ch_proc.rt_mem_lo/hi). */
+#define CH_RT_MEM_RANGES 8
 
 /* Value of the BPF map `custom_names` (key: a struct custom_operations *
  * in the target): its identifier, NUL-terminated ("" if unreadable). */
@@ -67,6 +105,7 @@ struct ch_custom_name {
 #define CH_FATE_RELOCATED 0x93  /* alive at a compaction, which moved it: no longer followed */
 #define CH_FATE_UNTRACKED 0x94  /* alive, but no room left in the tracking set: no longer followed */
 #define CH_FATE_UNKNOWN 0x95    /* its header could not be read at a collection: fate unknown */
+#define CH_FATE_FREED 0x96      /* --malloc: the sampled memory was freed (free, realloc, munmap) */
 #define CH_NOTE_MAJOR_CLEAN 0x9f /* a major cycle reached its clean phase (after its deaths) */
 
 /* Why an in-kernel stack walk ended (ARCHITECTURE.md §5). */
@@ -120,6 +159,13 @@ enum ch_counter {
 	CH_CNT_SIGURG_HANDLED,     /* writes not made: the program handles SIGURG itself */
 	CH_CNT_HITS_BIGARRAY,      /* probe hits: caml_ba_alloc / caml_unix_mapped_alloc returns */
 	CH_CNT_WORDS_BIGARRAY,     /* bigarray data seen, words (bytes/8), all hits */
+	/* --malloc (bpf/malloc.bpf.h) */
+	CH_CNT_HITS_MALLOC,        /* allocating calls seen (malloc..mmap returns, the target's own, not nested) */
+	CH_CNT_BYTES_MALLOC,       /* bytes they allocated, all hits */
+	CH_CNT_HITS_FREE,          /* free/munmap calls seen (non-NULL) */
+	CH_CNT_MALLOC_RUNTIME,     /* calls left out: the runtime's own heap, pools, large blocks, bigarray data */
+	CH_CNT_MALLOC_OUTSIDE,     /* malloc samples taken outside OCaml code (C threads, blocking sections) */
+	CH_CNT_MALLOC_FREED,       /* sampled allocations seen freed */
 	CH_CNT__COUNT
 };
 
@@ -170,6 +216,10 @@ struct ch_proc {
 	__u32 pad6;
 	__u64 ba_ops_sym;           /* link-time vaddr of `caml_ba_ops` when the bigarray probes are attached
 				     * (custom samples with these ops are then left to them), else 0 */
+	/* --malloc: [lo, hi) link-time ranges of the runtime functions whose
+	 * malloc/mmap calls are left out (CH_RT_MEM_RANGES; unused: 0, 0) */
+	__u64 rt_mem_lo[CH_RT_MEM_RANGES];
+	__u64 rt_mem_hi[CH_RT_MEM_RANGES];
 };
 
 /* OCaml 5: per-domain sampler state, map `domains` (the countdown of
@@ -300,7 +350,8 @@ struct ch_sample_event {
 	__u32 nframes;              /* depth of the walked stack */
 	__u16 nallocs;              /* minor: allocations combined in the block (1 without Comballoc) */
 	__u8 in_minor_heap;         /* the block lies in the minor heap (census: followed to the next minor collection) */
-	__u8 ext_flags;             /* CH_KIND_BIGARRAY: CH_BA_*; else 0 */
+	__u8 ext_flags;             /* CH_KIND_BIGARRAY: CH_BA_*; CH_KIND_MALLOC: enum ch_malloc_fn
+				     * | CH_MALLOC_OUTSIDE; else 0 */
 	__u32 domain;               /* OCaml 5: Caml_state->id of the allocating domain (0 = main); 4.x: 0 */
 	__u32 pad3;
 	__u64 custom_ops;           /* CH_KIND_CUSTOM: the block's struct custom_operations * (runtime address;
@@ -341,6 +392,7 @@ struct ch_sample_event {
 #define CH_OCAML5_YOUNG_TRIGGER 32
 #define CH_OCAML5_CURRENT_STACK 40
 #define CH_OCAML5_ACTION_PENDING 56
+#define CH_OCAML5_C_STACK 64            /* struct c_stack_link * of the thread running OCaml (fiber.h) */
 #define CH_OCAML53_MEMPROF_YOUNG_TRIGGER 472
 #define CH_OCAML53_MEMPROF 464          /* Caml_state->memprof (struct memprof_domain_s *) */
 /* Private layouts of the 5.3 runtime (runtime/domain.c struct dom_internal,

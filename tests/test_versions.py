@@ -20,6 +20,7 @@ import chtest
 import toolchains
 import test_census as _census
 import test_dynlink as _dynlink
+import test_malloc as _malloc
 import test_minor as _minor
 import test_outheap as _outheap
 import test_recording as _recording
@@ -42,6 +43,9 @@ CHECKS = [
     (_recording, "test_recording_round_trip_every_event"),
     (_outheap, "test_bigarray_sites_and_whose_data"),
     (_outheap, "test_bigarray_live_drops_to_zero_after_the_frees"),
+    (_malloc, "test_malloc_sites_estimates_and_leaf_function"),
+    (_malloc, "test_runtime_heap_is_not_counted_twice"),
+    (_malloc, "test_resident_memory_breakdown"),
 ]
 
 _built = {}
@@ -128,6 +132,12 @@ CHECKS5 = [
     (_outheap, "test_bigarray_sites_and_whose_data", ("5.1.0", "5.3.0")),
     (_outheap, "test_bigarray_live_drops_to_zero_after_the_frees", ("5.1.0", "5.3.0")),
     (_outheap, "test_custom_blocks_carry_their_type_name", ("5.1.0", "5.3.0")),
+    (_malloc, "test_malloc_sites_estimates_and_leaf_function", ("5.1.0", "5.3.0")),
+    (_malloc, "test_malloc_live_drops_to_zero_after_the_frees", ("5.1.0", "5.3.0")),
+    (_malloc, "test_malloc_from_a_c_thread_has_no_ocaml_stack", ("5.1.0", "5.3.0")),
+    (_malloc, "test_runtime_heap_is_not_counted_twice", ("5.1.0", "5.3.0")),
+    (_malloc, "test_resident_memory_breakdown", ("5.1.0", "5.3.0")),
+    (_malloc, "test_target_unharmed_with_malloc_probes_and_when_killed", ("5.3.0",)),
 ]
 
 for _mod, _check, _versions in CHECKS5:

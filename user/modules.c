@@ -1,6 +1,7 @@
 /* modules.c -- see modules.h. */
 #define _GNU_SOURCE
 #include "modules.h"
+#include "malloc_probes.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -235,6 +236,13 @@ int modules_lookup(struct modules *ms, uint64_t pc, unsigned alloc_idx, struct s
 
 	if (ms->recorded_lookup)
 		return ms->recorded_lookup(ms->recorded_ctx, pc, alloc_idx, out, max);
+	if (pc >= CH_PSEUDO_PC_BASE && pc < CH_PSEUDO_PC_BASE + CH_MFN__COUNT && max >= 1) {
+		/* --malloc: the probed libc function, the leaf of its samples */
+		memset(out, 0, sizeof(*out));
+		out->function = malloc_fn_name((unsigned)(pc - CH_PSEUDO_PC_BASE));
+		out->file = "libc";
+		return 1;
+	}
 	if (m && m->img) {
 		if (m->sym)
 			return symbolizer_lookup(m->sym, pc - m->bias, alloc_idx, out, max, NULL);

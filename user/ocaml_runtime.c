@@ -425,6 +425,16 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 		rt->unmarshal_why = "OCaml 5.1 calls no hook per unmarshalled block (it reserves them with "
 				    "caml_shared_try_alloc, which promotion also uses)";
 	}
+	{
+		/* the heap's size, for the resident-memory breakdown */
+		const struct elf_symbol *gs = elf_image_symbol(img, "sampled_gc_stats");
+		const struct elf_symbol *cp = elf_image_symbol(img, "caml_params");
+
+		if (gs && gs->type == STT_OBJECT && (rt->minor == 3 ? gs->size == 8 : gs->size >= 96))
+			rt->gc_stats_sym = gs->vaddr;
+		if (cp && cp->type == STT_OBJECT && cp->size == 8)
+			rt->params_sym = cp->vaddr;
+	}
 	if (rt->minor == 3) {
 		const struct elf_symbol *ad = elf_image_symbol(img, "all_domains");
 

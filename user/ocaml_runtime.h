@@ -91,6 +91,9 @@ struct ocaml_runtime {
 	uint64_t ba_ops_sym;       /* link-time vaddr of `caml_ba_ops` if the bigarray probes are planned, else 0 */
 	uint64_t all_domains_sym;  /* 5.3: link-time vaddr of domain.c's `static dom_internal *all_domains`,
 				    * 0 if unknown (.symtab stripped): to read a running Gc.Memprof's rate */
+	uint64_t gc_stats_sym;     /* 5.x: gc_stats.c's `sampled_gc_stats` (5.1: the array; 5.3: a pointer to it),
+				    * 0 if unknown (.symtab stripped): the major heap's size */
+	uint64_t params_sym;       /* 5.3: `const struct caml_params *const caml_params` (max_domains), 0 if unknown */
 	bool frame_pointers;     /* runtime built with --enable-frame-pointers (caml_c_call starts push %rbp; mov %rsp,%rbp) */
 	const char *unmarshal_why; /* unmarshalled blocks are not sampled: why (NULL if they are) */
 	bool minor_ok;           /* every minor-heap probe and symbol was found */

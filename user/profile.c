@@ -115,6 +115,7 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 				.domain = p->by_domain ? ev->domain : 0,
 				.subtype = ev->kind == CH_KIND_CUSTOM	? ev->custom_ops
 					   : ev->kind == CH_KIND_BIGARRAY ? ev->ext_flags
+					   : ev->kind == CH_KIND_MALLOC	? ev->ext_flags & CH_MALLOC_OUTSIDE
 									  : 0 };
 	struct profile_site *site;
 	gpointer dsamples;
@@ -301,6 +302,7 @@ int profile_add_fate(struct profile *p, const struct ch_fate_event *f, size_t si
 		break;
 	case CH_FATE_DEAD_MINOR:
 	case CH_FATE_DEAD_MAJOR:
+	case CH_FATE_FREED:
 		if (b->state == PROFILE_BLOCK_RELOCATED || b->state == PROFILE_BLOCK_UNFOLLOWED)
 			break; /* cannot happen: no longer followed in the kernel */
 		block_dies(p, id, b, f);

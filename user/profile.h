@@ -26,7 +26,8 @@ struct profile_site {
 	uint64_t stack_id;
 	uint32_t domain;       /* the allocating domain (OCaml 5 Domain.self), with profile.by_domain; else 0 */
 	uint64_t subtype;      /* CH_KIND_CUSTOM: the custom operations' runtime address (profile_custom_name);
-				* CH_KIND_BIGARRAY: whose data (CH_BA_*); else 0 */
+				* CH_KIND_BIGARRAY: whose data (CH_BA_*); CH_KIND_MALLOC: CH_MALLOC_OUTSIDE
+				* if its calls came from threads not running OCaml; else 0 */
 	uint32_t seq;          /* sites created before this one (ties in sorting follow it) */
 	bool hidden;           /* left out of the site lists (report --min-samples); totals count it */
 	const struct profile_stack *stack; /* NULL if its frames never arrived */

@@ -30,6 +30,8 @@
 #include "ptexec.h"
 #include "profile.h"
 #include "sampler.h"
+#include "malloc_probes.h"
+#include "resident.h"
 #include "symbolize.h"
 
 #define RINGBUF_BYTES (16u << 20)
@@ -78,7 +80,31 @@ struct intake {
 	pid_t pid;
 	bool rescan; /* a plugin registered frame tables: read the mappings again */
 	bool exec;   /* the target called exec */
+	/* the target's resident memory, read every RESIDENT_PERIOD_S */
+	const struct ocaml_runtime *rt;
+	uint64_t bias;
+	struct resident res;
+	bool res_valid;
+	double next_res;
 };
+
+#define RESIDENT_PERIOD_S 0.5
+
+/* Read the target's resident set and heap size; keep the reading if it
+ * worked.  Returns 0 or -errno. */
+static int read_resident(struct intake *in)
+{
+	uint64_t doms[256];
+	size_t nd = in->rt->major == 5 && in->smp ? sampler_domain_states(in->smp, in->pid, doms, 256) : 0;
+	struct resident r;
+	int ret = resident_read(in->pid, in->rt, in->bias, doms, nd, &r);
+
+	if (ret == 0) {
+		in->res = r;
+		in->res_valid = true;
+	}
+	return ret;
+}
 
 static void on_plugin(void *ctx, const struct module *m);
 
@@ -403,6 +429,10 @@ static void record_until_stop(const struct record_opts *o, struct target *t, str
 		}
 		poll(fds, 4, 100);
 		sampler_consume(smp);
+		if (now_s() >= intake->next_res && !intake->exec) {
+			read_resident(intake);
+			intake->next_res = now_s() + RESIDENT_PERIOD_S;
+		}
 		/* after an exec the mappings are the new program's: never scan them */
 		if (intake->rescan && !intake->exec)
 			intake->rescan = modules_scan(&t->mods, t->pid, on_plugin, smp) == -EAGAIN;
@@ -539,6 +569,7 @@ int record_run(const struct record_opts *o)
 	struct profile *prof = NULL;
 	double memprof_rate;
 	struct intake intake = { 0 };
+	static struct malloc_probes mprobes;
 	char msg[8192], reason[8192] = "stopped";
 	char *command = NULL;
 	double t0 = now_s(), t_attached;
@@ -635,6 +666,13 @@ int record_run(const struct record_opts *o)
 		goto fail_target;
 	}
 	meta.executor = executor_names[ex];
+	if (o->malloc) {
+		ret = malloc_probes_plan(t.pid, t.img, &t.rt, &mprobes, msg, sizeof(msg));
+		if (ret < 0)
+			goto fail_target;
+		cfg.malloc = &mprobes;
+		meta.malloc_libc = mprobes.shown;
+	}
 
 	prof = profile_new(cfg.rate);
 	if (prof)
@@ -682,6 +720,8 @@ int record_run(const struct record_opts *o)
 	intake.rescan = modules_scan(&t.mods, t.pid, on_plugin, smp) == -EAGAIN;
 	intake.smp = smp;
 	intake.pid = t.pid;
+	intake.rt = &t.rt;
+	intake.bias = t.bias;
 	if (intake.rec && t.mods.n) {
 		/* the recording symbolizes from the first event on: open the
 		 * executable's debug information now (after the attach, which
@@ -717,6 +757,13 @@ int record_run(const struct record_opts *o)
 		meta.probes_emulated += t.rt.probes[i].present && t.rt.probes[i].emulated;
 		meta.probes_total += t.rt.probes[i].present;
 	}
+	for (int f = 0; cfg.malloc && f < CH_MFN__COUNT; f++) {
+		/* an entry probe, and a return probe on the same spot */
+		unsigned n = mprobes.fn[f].present ? (f < CH_MFN__ALLOCS ? 2 : 1) : 0;
+
+		meta.probes_emulated += mprobes.fn[f].emulated ? n : 0;
+		meta.probes_total += n;
+	}
 	fprintf(stderr, "camlheap: recording PID %d (%s, OCaml %s) at rate %g; %u probes attached in %.3f s%s\n",
 		t.pid, t.exe, t.rt.version, cfg.rate, meta.probes_total, meta.attach_s,
 		o->duration_s > 0 ? "" : "; stop with Ctrl-C");
@@ -737,6 +784,23 @@ int record_run(const struct record_opts *o)
 	/* The window ends now: the probes go inert at once (releasing them
 	 * takes the kernel ~1 s, which is not recording time). */
 	sampler_stop_sampling(smp, t.pid);
+	{
+		/* the resident set now if the target still lives, else its
+		 * last reading */
+		static char when[64];
+		bool now_ok = !intake.exec && read_resident(&intake) == 0;
+
+		if (intake.res_valid) {
+			meta.rss_kib = intake.res.rss_kib;
+			meta.hwm_kib = intake.res.hwm_kib;
+			meta.heap_words = intake.res.heap_words;
+			if (now_ok)
+				snprintf(when, sizeof(when), "read at the end");
+			else
+				snprintf(when, sizeof(when), "last read %.1f s before the end", now_s() - intake.res.at_s);
+			meta.rss_when = when;
+		}
+	}
 	meta.duration_s = now_s() - t_attached;
 	{
 		double t_detach = now_s();

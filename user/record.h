@@ -40,6 +40,7 @@ struct record_opts {
 	uint32_t max_tracked;      /* --max-tracked: sampled blocks followed in the major heap at once */
 	bool census;               /* `camlheap census`: write the census report */
 	int wait_major;            /* census: stop once this many full major cycles ended after attach (0: no) */
+	bool malloc;               /* --malloc: sample libc malloc/free and anonymous mmap too */
 };
 
 /* Run a recording.  Returns the process exit status for camlheap: in launch

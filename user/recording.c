@@ -37,8 +37,9 @@ enum ann_type {
 	ANN_CLEAN = 3,  /* a clean-phase note: its number (0..31), blocks in the major set (32..55) */
 	ANN_FATE = 4,   /* a fate memtrace has no event for: CH_FATE_* (48..55), object id (0..47) */
 	ANN_ALLOC = 5,  /* the next allocations: kind (0..1, and 4 for its third bit), in the minor heap (2),
-			 * followed (3), bigarray data CH_BA_* (5..6), Comballoc index (8..15), allocations
-			 * combined (16..31), domain (32..47) */
+			 * followed (3), bigarray data CH_BA_* or the low bits of a malloc's ch_malloc_fn (5..6),
+			 * CH_MALLOC_OUTSIDE (7), Comballoc index (8..15), allocations combined (16..31),
+			 * domain (32..47) */
 	ANN_CUSTOM = 6, /* the next custom allocations' struct custom_operations * in the target (0..55);
 			 * their identifiers are in the context's "custom_names" */
 };
@@ -211,7 +212,8 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 	size_t n = 0, need;
 	uint64_t flags = (uint64_t)(ev->kind & 3) | (uint64_t)(ev->in_minor_heap ? 1 : 0) << 2 |
 			 (uint64_t)(ev->sample_id ? 1 : 0) << 3 | (uint64_t)((ev->kind >> 2) & 1) << 4 |
-			 (uint64_t)(ev->ext_flags & 3) << 5 | (uint64_t)ev->alloc_idx << 8 |
+			 (uint64_t)(ev->ext_flags & 3) << 5 | (uint64_t)(ev->ext_flags >> 7) << 7 |
+			 (uint64_t)ev->alloc_idx << 8 |
 			 (uint64_t)ev->nallocs << 16 | (uint64_t)(ev->domain & 0xffff) << 32;
 
 	if (t < rc->start_us)
@@ -267,7 +269,7 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 	}
 	/* out-of-heap memory (custom, bigarray data) is memtrace's "external":
 	 * its length is the whole size, no header */
-	bool external = ev->kind == CH_KIND_CUSTOM || ev->kind == CH_KIND_BIGARRAY;
+	bool external = ev->kind == CH_KIND_CUSTOM || ev->kind == CH_KIND_BIGARRAY || ev->kind == CH_KIND_MALLOC;
 	uint64_t length = external ? ev->size_words : ev->size_words ? ev->size_words - 1 : 0;
 	enum mt_source src = ev->kind == CH_KIND_MINOR ? MT_SRC_MINOR : external ? MT_SRC_EXTERNAL : MT_SRC_MAJOR;
 	int ret = mt_put_alloc(rc->w, t, length, ev->nsamples ? ev->nsamples : 1, src, rc->codes, n, &id);
@@ -299,6 +301,7 @@ static void add_fate(struct recording *rc, const struct ch_fate_event *f)
 		return;
 	case CH_FATE_DEAD_MINOR:
 	case CH_FATE_DEAD_MAJOR:
+	case CH_FATE_FREED:
 		note_err(rc, mt_put_collect(rc->w, t, id));
 		break;
 	default:
@@ -346,6 +349,11 @@ static const struct {
 	F("end_reason", M_STR, end_reason),
 	F("census_off_why", M_STR, census_off_why),
 	F("census", M_BOOL, census_on),
+	F("malloc_libc", M_STR, malloc_libc),
+	F("rss_kib", M_U64, rss_kib),
+	F("hwm_kib", M_U64, hwm_kib),
+	F("heap_words", M_U64, heap_words),
+	F("rss_when", M_STR, rss_when),
 	F("duration_s", M_DBL, duration_s),
 	F("attach_s", M_DBL, attach_s),
 	F("start_unix_ns", M_I64, start_unix_ns),
@@ -752,9 +760,12 @@ static void load_alloc(struct load_state *s, const struct mt_event *e)
 	ev->stack_id = h;
 	ev->time_ns = e->time_us * 1000;
 	ev->block_addr = 0;
-	ev->size_words = kind == CH_KIND_CUSTOM || kind == CH_KIND_BIGARRAY ? e->length : e->length + 1;
+	ev->size_words = kind == CH_KIND_CUSTOM || kind == CH_KIND_BIGARRAY || kind == CH_KIND_MALLOC ? e->length
+													   : e->length + 1;
 	if (s->camlheap && kind == CH_KIND_BIGARRAY)
 		ev->ext_flags = (uint8_t)((s->flags >> 5) & 3);
+	if (s->camlheap && kind == CH_KIND_MALLOC) /* the function is the leaf (pseudo) frame */
+		ev->ext_flags = (uint8_t)(((s->flags >> 5) & 3) | (s->flags & 0x80));
 	if (s->camlheap && kind == CH_KIND_CUSTOM)
 		ev->custom_ops = s->custom_ops;
 	ev->minor_gcs = s->minor;

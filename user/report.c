@@ -21,6 +21,7 @@ static const char *const kind_names[CH_KIND__COUNT] = {
 	[CH_KIND_CUSTOM] = "custom",
 	[CH_KIND_UNMARSHAL] = "unmarshal",
 	[CH_KIND_BIGARRAY] = "bigarray",
+	[CH_KIND_MALLOC] = "malloc",
 };
 
 static const char *const term_names[CH_TERM__COUNT] = {
@@ -46,6 +47,9 @@ static void site_type_line(FILE *out, const struct profile *p, const struct prof
 
 		if (n)
 			fprintf(out, "    custom type \"%s\" (out-of-heap memory its blocks declare)\n", n);
+	} else if (s->kind == CH_KIND_MALLOC && (s->subtype & CH_MALLOC_OUTSIDE)) {
+		fprintf(out, "    no OCaml stack: called from a thread not running OCaml (a C thread, or a thread "
+			     "inside a blocking section while another one ran OCaml)\n");
 	} else if (s->kind == CH_KIND_BIGARRAY) {
 		fprintf(out, "    bigarray data: %s\n",
 			s->subtype == CH_BA_OWNED ? "owned (malloc'ed for it by caml_ba_alloc, freed by its finaliser)"
@@ -84,6 +88,82 @@ const char *report_format_bytes(double b, char *buf, size_t len)
 static double est_bytes(const struct profile *p, uint64_t samples)
 {
 	return profile_estimate_words(p, samples) * 8.0;
+}
+
+/* Where the target's resident set went (report_meta.rss_kib from
+ * /proc/PID/status; the heap from the runtime's counters; what lives
+ * outside the heap from the census of the sampled out-of-heap kinds). */
+struct resident_split {
+	bool known;          /* a reading exists */
+	double rss, hwm, heap; /* bytes; heap < 0: unknown */
+	double live[CH_KIND__COUNT]; /* estimated live bytes by kind (bigarray: owned data only) */
+	bool live_known;     /* census on */
+	bool malloc_on;
+	double unexplained;  /* rss - heap - bigarray - malloc (- custom without --malloc) */
+};
+
+static void resident_split(const struct profile *p, const struct report_meta *m, struct resident_split *r)
+{
+	GHashTableIter it;
+	gpointer k, v;
+	uint64_t live[CH_KIND__COUNT] = { 0 };
+
+	memset(r, 0, sizeof(*r));
+	if (!m->rss_kib)
+		return;
+	r->known = true;
+	r->rss = (double)m->rss_kib * 1024.0;
+	r->hwm = (double)m->hwm_kib * 1024.0;
+	r->heap = m->heap_words ? (double)m->heap_words * 8.0 : -1;
+	r->live_known = m->census_on;
+	r->malloc_on = m->malloc_libc != NULL;
+	g_hash_table_iter_init(&it, p->sites);
+	while (g_hash_table_iter_next(&it, &k, &v)) {
+		const struct profile_site *s = v;
+
+		if (s->kind == CH_KIND_BIGARRAY && s->subtype != CH_BA_OWNED)
+			continue;
+		live[s->kind] += s->live_samples;
+	}
+	for (int i = 0; i < CH_KIND__COUNT; i++)
+		r->live[i] = est_bytes(p, live[i]);
+	r->unexplained = r->rss - (r->heap > 0 ? r->heap : 0);
+	if (r->live_known)
+		r->unexplained -= r->live[CH_KIND_BIGARRAY] + r->live[CH_KIND_MALLOC] +
+				  (r->malloc_on ? 0 : r->live[CH_KIND_CUSTOM]);
+}
+
+static void resident_line(FILE *out, const struct profile *p, const struct report_meta *m)
+{
+	struct resident_split r;
+	char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
+
+	resident_split(p, m, &r);
+	if (!r.known)
+		return;
+	fprintf(out, "resident    RSS %s (peak %s; %s): OCaml heap %s", report_format_bytes(r.rss, b1, sizeof(b1)),
+		report_format_bytes(r.hwm, b2, sizeof(b2)), m->rss_when ? m->rss_when : "read at the end",
+		r.heap >= 0 ? report_format_bytes(r.heap, b3, sizeof(b3)) : "unknown (no runtime symbols)");
+	if (r.heap >= 0)
+		fprintf(out, " (runtime counters: major and minor heaps)");
+	if (!r.live_known) {
+		fprintf(out, "; live memory outside it unknown (--no-census)\n");
+		return;
+	}
+	fprintf(out, "; live outside it, estimated: bigarray %s, malloc %s",
+		report_format_bytes(r.live[CH_KIND_BIGARRAY], b4, sizeof(b4)),
+		r.malloc_on ? report_format_bytes(r.live[CH_KIND_MALLOC], b5, sizeof(b5)) : "not sampled (--malloc)");
+	if (r.malloc_on)
+		fprintf(out, ", custom blocks declare %s (not added: C stubs usually malloc it, counted there)",
+			report_format_bytes(r.live[CH_KIND_CUSTOM], b6, sizeof(b6)));
+	else
+		fprintf(out, ", custom blocks declare %s", report_format_bytes(r.live[CH_KIND_CUSTOM], b6, sizeof(b6)));
+	fprintf(out, "; unexplained %s%s (%.0f%% of RSS: code and data, stacks, runtime tables, allocator slack and "
+		     "free heap pages, memory from before camlheap attached%s)\n",
+		r.unexplained < 0 ? "-" : "", report_format_bytes(r.unexplained < 0 ? -r.unexplained : r.unexplained, b1,
+								  sizeof(b1)),
+		r.rss > 0 ? 100.0 * r.unexplained / r.rss : 0.0,
+		r.malloc_on ? "; negative: mappings counted whole but not all resident" : ", malloc");
 }
 
 /* The lines a site's stack prints as, innermost first: one per frame,
@@ -549,6 +629,9 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		m->unmarshal_off_why ? "not sampled"
 				     : report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_UNMARSHAL]), b4, sizeof(b4)));
 	fprintf(out, ", bigarray %s", report_format_bytes(est_bytes(p, p->bigarray_samples[CH_BA_OWNED]), b2, sizeof(b2)));
+	if (m->malloc_libc || p->samples_by_kind[CH_KIND_MALLOC])
+		fprintf(out, ", malloc %s",
+			report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_MALLOC]), b5, sizeof(b5)));
 	if (p->bigarray_samples[CH_BA_VIEW] || p->bigarray_samples[CH_BA_MAPPED])
 		fprintf(out, " (not counted: views of other memory %s, mapped files %s)",
 			report_format_bytes(est_bytes(p, p->bigarray_samples[CH_BA_VIEW]), b3, sizeof(b3)),
@@ -561,6 +644,15 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			" words in %" PRIu64 " arrays\n",
 			c[CH_CNT_WORDS_MAJOR], c[CH_CNT_HITS_MAJOR], c[CH_CNT_WORDS_CUSTOM], c[CH_CNT_WORDS_UNMARSHAL],
 			c[CH_CNT_WORDS_BIGARRAY], c[CH_CNT_HITS_BIGARRAY]);
+	if (m->malloc_libc && !m->foreign)
+		fprintf(out,
+			"malloc      --malloc on %s: %" PRIu64 " allocating calls (%s, exact) and %" PRIu64
+			" frees seen; %" PRIu64 " calls of the runtime's own left out (heap, pools, large blocks, "
+			"bigarray data: counted above); %" PRIu64 " samples from threads not running OCaml (no OCaml "
+			"stack); %" PRIu64 " sampled blocks seen freed\n",
+			m->malloc_libc, c[CH_CNT_HITS_MALLOC], report_format_bytes((double)c[CH_CNT_BYTES_MALLOC], b1, sizeof(b1)),
+			c[CH_CNT_HITS_FREE], c[CH_CNT_MALLOC_RUNTIME], c[CH_CNT_MALLOC_OUTSIDE], c[CH_CNT_MALLOC_FREED]);
+	resident_line(out, p, m);
 	if (g_hash_table_size(p->domain_samples) > 1 || p->by_domain ||
 	    g_hash_table_lookup(p->domain_samples, GUINT_TO_POINTER(1)) ||
 	    (g_hash_table_size(p->domain_samples) == 1 && !g_hash_table_contains(p->domain_samples, GUINT_TO_POINTER(0)))) {
@@ -1038,7 +1130,42 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 	json_member_int(jb, "unmarshal", (int64_t)c[CH_CNT_WORDS_UNMARSHAL]);
 	json_member_int(jb, "bigarray", (int64_t)c[CH_CNT_WORDS_BIGARRAY]);
 	json_member_int(jb, "bigarray_arrays", (int64_t)c[CH_CNT_HITS_BIGARRAY]);
+	if (m->malloc_libc) {
+		json_member_int(jb, "malloc_bytes", (int64_t)c[CH_CNT_BYTES_MALLOC]);
+		json_member_int(jb, "malloc_calls", (int64_t)c[CH_CNT_HITS_MALLOC]);
+		json_member_int(jb, "free_calls", (int64_t)c[CH_CNT_HITS_FREE]);
+		json_member_int(jb, "malloc_runtime_calls", (int64_t)c[CH_CNT_MALLOC_RUNTIME]);
+		json_member_int(jb, "malloc_outside_samples", (int64_t)c[CH_CNT_MALLOC_OUTSIDE]);
+	}
 	json_builder_end_object(jb);
+	{
+		struct resident_split r;
+
+		resident_split(p, m, &r);
+		if (r.known) {
+			json_builder_set_member_name(jb, "resident");
+			json_builder_begin_object(jb);
+			json_member_int(jb, "rss_bytes", (int64_t)r.rss);
+			json_member_int(jb, "peak_rss_bytes", (int64_t)r.hwm);
+			json_member_str(jb, "when", m->rss_when ? m->rss_when : "read at the end");
+			json_builder_set_member_name(jb, "ocaml_heap_bytes");
+			if (r.heap >= 0)
+				json_builder_add_int_value(jb, (int64_t)r.heap);
+			else
+				json_builder_add_null_value(jb);
+			if (r.live_known) {
+				json_builder_set_member_name(jb, "live_bytes_estimate");
+				json_builder_begin_object(jb);
+				json_member_int(jb, "bigarray", (int64_t)r.live[CH_KIND_BIGARRAY]);
+				if (r.malloc_on)
+					json_member_int(jb, "malloc", (int64_t)r.live[CH_KIND_MALLOC]);
+				json_member_int(jb, "custom_declared", (int64_t)r.live[CH_KIND_CUSTOM]);
+				json_builder_end_object(jb);
+				json_member_int(jb, "unexplained_bytes", (int64_t)r.unexplained);
+			}
+			json_builder_end_object(jb);
+		}
+	}
 	json_builder_set_member_name(jb, "walks");
 	json_builder_begin_object(jb);
 	for (int t = 0; t < CH_TERM__COUNT; t++)
@@ -1145,6 +1272,10 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 			json_member_str(jb, "custom_type", profile_custom_name(p, s->subtype));
 		if (s->kind == CH_KIND_BIGARRAY)
 			json_member_str(jb, "bigarray_data", report_bigarray_owner(s->subtype));
+		if (s->kind == CH_KIND_MALLOC) {
+			json_builder_set_member_name(jb, "outside_ocaml");
+			json_builder_add_boolean_value(jb, (s->subtype & CH_MALLOC_OUTSIDE) != 0);
+		}
 		json_builder_set_member_name(jb, "stack");
 		if (s->stack && !m->json_no_stacks)
 			json_builder_add_int_value(jb, GPOINTER_TO_UINT(g_hash_table_lookup(stack_ix, &s->stack->id)));

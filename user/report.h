@@ -69,6 +69,13 @@ struct report_meta {
 	bool foreign;                  /* a memtrace trace written inside the program: no probe figures */
 	bool json_no_stacks;           /* JSON without stacks (diff by allocation position needs none) */
 	const char *warning;           /* `camlheap report`: a problem with the recording itself, or NULL */
+	const char *malloc_libc;       /* --malloc: the libc probed (its path in the target), else NULL */
+	/* Resident memory of the target (/proc/PID/status, read at the end of
+	 * the recording: the last reading while the process lived), 0 if unknown */
+	uint64_t rss_kib;              /* VmRSS */
+	uint64_t hwm_kib;              /* VmHWM: its peak */
+	uint64_t heap_words;           /* the OCaml heap then (runtime counters: major heap + minor heaps), words */
+	const char *rss_when;          /* "at the end", "just before it exited" ... */
 };
 
 /* Write the text report: the first line names the executor and says which

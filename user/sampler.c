@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
@@ -24,6 +25,9 @@ struct sampler {
 	struct alloc_bpf *skel;
 	struct ring_buffer *rb;
 	struct bpf_link *links[OCAML_PROBE__COUNT];
+	struct bpf_link *mlinks[2 * CH_MFN__COUNT]; /* --malloc: return probes, then entry probes */
+	bool malloc_on;
+	struct malloc_probes mp;
 	struct bpf_link *exec_link;
 	sampler_event_fn fn;
 	void *ctx;
@@ -172,6 +176,10 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	s->executor = cfg->executor;
 	s->minor_from_memprof = cfg->minor_from_memprof;
 	s->census = cfg->census;
+	if (cfg->malloc) {
+		s->malloc_on = true;
+		s->mp = *cfg->malloc;
+	}
 	s->max_tracked = cfg->census ? cfg->max_tracked : 1;
 	libbpf_set_print(libbpf_quiet);
 
@@ -189,6 +197,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	bpf_map__set_max_entries(s->skel->maps.young_tracked, cfg->census ? sampler_young_capacity(cfg->rate) : 1);
 	bpf_map__set_max_entries(s->skel->maps.major_tracked, cfg->census ? cfg->max_tracked : 1);
 	bpf_map__set_max_entries(s->skel->maps.young5, cfg->census ? sampler_young_capacity(cfg->rate) : 1);
+	bpf_map__set_max_entries(s->skel->maps.malloc_live, cfg->census && cfg->malloc ? cfg->max_tracked : 1);
 	ret = alloc_bpf__load(s->skel);
 	if (ret) {
 		ret = ret < 0 ? ret : -errno;
@@ -290,6 +299,17 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		.major_cap = s->max_tracked,
 		.ba_ops_sym = rt->ba_ops_sym,
 	};
+	struct bpf_program *mprogs[CH_MFN__COUNT] = {
+		[CH_MFN_MALLOC] = s->skel->progs.on_malloc,
+		[CH_MFN_CALLOC] = s->skel->progs.on_calloc,
+		[CH_MFN_REALLOC] = s->skel->progs.on_realloc,
+		[CH_MFN_POSIX_MEMALIGN] = s->skel->progs.on_posix_memalign,
+		[CH_MFN_ALIGNED_ALLOC] = s->skel->progs.on_aligned_alloc,
+		[CH_MFN_MEMALIGN] = s->skel->progs.on_memalign,
+		[CH_MFN_MMAP] = s->skel->progs.on_mmap,
+		[CH_MFN_FREE] = s->skel->progs.on_free,
+		[CH_MFN_MUNMAP] = s->skel->progs.on_free,
+	};
 	int order[OCAML_PROBE__COUNT], norder = 0;
 	__u32 key = pid;
 	uint64_t first, seed = 0;
@@ -301,6 +321,11 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		seed = (uint64_t)pid;
 	sampler_fill_geom_pool(&first, 1, s->rate, seed);
 	proc.next_sample_words = (__s64)first - 1;
+	if (s->malloc_on)
+		for (unsigned i = 0; i < s->mp.n_rt_mem; i++) {
+			proc.rt_mem_lo[i] = s->mp.rt_mem_lo[i];
+			proc.rt_mem_hi[i] = s->mp.rt_mem_hi[i];
+		}
 	if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.procs), &key, &proc, BPF_ANY) < 0) {
 		snprintf(err, errlen, "cannot register PID %d with the sampler: %s", pid, strerror(errno));
 		return -errno;
@@ -362,6 +387,34 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		/* test knob: a slow attach (a loaded machine) made on purpose */
 		if (getenv("CAMLHEAP_ATTACH_DELAY_MS"))
 			usleep((useconds_t)atoi(getenv("CAMLHEAP_ATTACH_DELAY_MS")) * 1000);
+	}
+	/* --malloc: every return probe before any entry probe, so that a
+	 * pending call always meets its return */
+	for (unsigned k = 0; s->malloc_on && k < 2 * CH_MFN__COUNT; k++) {
+		unsigned f = k % CH_MFN__COUNT;
+		bool ret = k < CH_MFN__COUNT;
+		const struct malloc_probe *mp = &s->mp.fn[f];
+		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = ret);
+
+		if (!mp->present || (ret && f >= CH_MFN__ALLOCS))
+			continue;
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		s->mlinks[k] = bpf_program__attach_uprobe_opts(ret ? s->skel->progs.on_malloc_ret : mprogs[f], pid,
+								s->mp.path, ret ? mp->ret_offset : mp->file_offset, &opts);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (getenv("CAMLHEAP_DEBUG"))
+			fprintf(stderr, "attach %s%s: %.3f s\n", mp->symbol, ret ? " (return)" : "",
+				(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+		if (!s->mlinks[k]) {
+			int e = errno;
+
+			snprintf(err, errlen, "--malloc: cannot attach a uprobe to %s (%s at file offset 0x%llx): %s",
+				 s->mp.shown, mp->symbol,
+				 (unsigned long long)(ret ? mp->ret_offset : mp->file_offset), strerror(e));
+			sampler_detach(s);
+			return -e;
+		}
 	}
 	return 0;
 }
@@ -600,6 +653,8 @@ int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
 	 * expose those; camlheap opens no other perf event) */
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
 		drop_link(&s->links[i]);
+	for (int i = 0; i < 2 * CH_MFN__COUNT; i++)
+		drop_link(&s->mlinks[i]);
 	drop_link(&s->exec_link);
 	close_fds_by_link("anon_inode:[perf_event]", true, -1);
 	s->holder_fd = fds[1];
@@ -618,6 +673,12 @@ int sampler_detach(struct sampler *s)
 		s->links[OCAML_PROBE_RESET_LIMIT] = NULL;
 		left = wait_loans_returned(bpf_map__fd(s->skel->maps.trig_loans));
 	}
+	/* --malloc: entry probes first, so that no call starts that a
+	 * return probe would have to end */
+	for (int i = 2 * CH_MFN__COUNT; i-- > 0;) {
+		bpf_link__destroy(s->mlinks[i]);
+		s->mlinks[i] = NULL;
+	}
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
 		bpf_link__destroy(s->links[i]);
 		s->links[i] = NULL;
@@ -629,6 +690,21 @@ int sampler_detach(struct sampler *s)
 		s->holder_fd = -1;
 	}
 	return left;
+}
+
+size_t sampler_domain_states(const struct sampler *s, pid_t pid, uint64_t *out, size_t max)
+{
+	int fd = bpf_map__fd(s->skel->maps.domains);
+	struct ch_domain_key key, next, *prev = NULL;
+	size_t n = 0;
+
+	while (n < max && bpf_map_get_next_key(fd, prev, &next) == 0) {
+		if (next.tgid == (__u32)pid)
+			out[n++] = next.dom_state;
+		key = next;
+		prev = &key;
+	}
+	return n;
 }
 
 int sampler_ring_fd(const struct sampler *s)

@@ -13,6 +13,7 @@
 #include "camlheap.h"
 #include "frametable.h"
 #include "ocaml_runtime.h"
+#include "malloc_probes.h"
 
 struct sampler_config {
 	double rate;            /* lambda: samples per allocated word, 0 < rate <= 1 */
@@ -23,6 +24,7 @@ struct sampler_config {
 	bool minor_from_memprof; /* observe: the program runs Gc.Memprof at `rate`; take its minor samples */
 	bool census;            /* follow sampled blocks to their death (fate events) */
 	uint32_t max_tracked;   /* census: sampled blocks followed in the major heap at once (>= 1) */
+	const struct malloc_probes *malloc; /* --malloc: the libc probes to attach too (copied), or NULL */
 };
 
 /* Entries of the kernel's young set for `rate`: enough for the samples of
@@ -48,6 +50,8 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 /* Register `pid` (a tgid) with its load bias (the minor heap is sampled if
  * `rt` has the minor probes and the executor is not observe), then attach
  * every planned probe of `rt` to the executable at `exe` (a path, e.g. "/proc/PID/exe"),
+ * and with cfg->malloc the libc probes (bpf/malloc.bpf.h; return probes
+ * before entry probes),
  * filtered to that process (`exe_name` is what messages call it), and the exec tracepoint (an exec ends the
  * process's sampling: CH_NOTE_EXEC).  Returns 0, or a negative errno with a
  * message. */
@@ -108,6 +112,11 @@ int sampler_detach(struct sampler *s);
  * as the BPF side read it when it first sampled a block of that type; ""
  * if never seen or unreadable.  Writes at most `len` bytes into `name`. */
 void sampler_custom_name(const struct sampler *s, uint64_t ops, char *name, size_t len);
+
+/* OCaml 5: the runtime addresses of the domain states of process `pid`
+ * that the BPF side has seen allocate (map `domains`), at most `max` into
+ * out.  Returns how many. */
+size_t sampler_domain_states(const struct sampler *s, pid_t pid, uint64_t *out, size_t max);
 
 /* fd that becomes readable when the ring buffer wakes its reader (epoll fd). */
 int sampler_ring_fd(const struct sampler *s);
