@@ -22,7 +22,9 @@ Runs are interleaved (every configuration once, then again ...) so that
 drift in the machine's speed hits every configuration alike; medians of
 REPEAT runs.  Then the census's own cost (bench_census).  Environment:
 REPEAT (default 5), ITEMS (generated module size, default 1000),
-BENCH_ONLY=census, recording or ocaml5 (only that part).  The ocaml5 part:
+BENCH_ONLY=census, recording, malloc or ocaml5 (only that part).  The malloc
+part: what --malloc costs per libc call (a C stub doing malloc(64)/free
+pairs) and on ocamlopt.opt, against the same recording without it.  The ocaml5 part:
 OCaml 5.3 fixtures (built with tests/toolchains.py), one domain and four,
 where every minor-heap write stops the whole process.  The recording part: what
 writing the recording file costs camlheap (CPU, peak RSS) against the text
@@ -228,6 +230,65 @@ def bench_recording(d=None):
         statistics.median(size), statistics.median(render)))
 
 
+def bench_malloc(d=None):
+    """--malloc: uprobes on libc's malloc (entry and return) and free, hit
+    by every call of the target.  Side by side, interleaved: the program
+    alone, camlheap without --malloc, camlheap with it (both with the
+    observe executor, so that only the libc probes differ); the cost per
+    malloc/free pair is the extra target time over the calls seen."""
+    churn = 2000000
+    if d is None:
+        d = tempfile.mkdtemp(prefix="camlheap-bench-ocamlopt-")
+        with open(os.path.join(d, "big.ml"), "w") as f:
+            subprocess.run([sys.executable, os.path.join(HERE, "gen_module.py"), os.environ.get("ITEMS", "1000")],
+                           stdout=f, check=True)
+    cases = [("cmalloc churn=%d (malloc(64)+free pairs from one C stub)" % churn,
+              [chtest.fixture("cmalloc"), "churn=%d" % churn], None, None)]
+    if True:
+        def clean():
+            for ext in (".cmi", ".cmx", ".o"):
+                try:
+                    os.unlink(os.path.join(d, "big" + ext))
+                except FileNotFoundError:
+                    pass
+        cases.append(("ocamlopt.opt -g -c big.ml (Debian 4.13.1)", ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"],
+                      d, clean))
+    tmp = tempfile.mkdtemp(prefix="camlheap-bench-malloc-")
+    rep = os.path.join(tmp, "r.txt")
+    for name, cmd, cwd, before in cases:
+        plain, runs = [], {"without": [], "--malloc": []}
+        for _ in range(REPEAT):
+            for conf in ("plain", "without", "--malloc"):
+                if before:
+                    before()
+                if conf == "plain":
+                    plain.append(timed(cmd, cwd))
+                    continue
+                extra = ["--malloc"] if conf == "--malloc" else []
+                timed([chtest.CAMLHEAP, "record", "--executor", "observe", "--rate", "1e-5", "-o", rep] + extra +
+                      ["--"] + cmd, cwd)
+                text = open(rep).read()
+                calls = re.search(r"^malloc      --malloc on \S+: (\d+) allocating calls .* and (\d+) frees", text,
+                                  re.M)
+                runs[conf].append((header_numbers(rep)["target"], (int(calls.group(1)), int(calls.group(2)))
+                                   if calls else (0, 0)))
+        base = statistics.median(plain)
+        without = statistics.median(t for t, _ in runs["without"])
+        withm = statistics.median(t for t, _ in runs["--malloc"])
+        calls = statistics.median(c[0] for _, c in runs["--malloc"])
+        frees = statistics.median(c[1] for _, c in runs["--malloc"])
+        print("\n%s  (median of %d, interleaved; plain %.3f s)" % (name, REPEAT, base))
+        print("  %-16s %9s %7s" % ("config", "target s", "ratio"))
+        print("  %-16s %9.3f %7.3f" % ("without --malloc", without, without / base))
+        if calls >= 100000:
+            per = "%.2f us per allocating call and its free (%.2f us per probe hit)" % (
+                (withm - without) / calls * 1e6, (withm - without) / (2 * calls + frees) * 1e6)
+        else:
+            per = "too few calls for a cost per call: the ratio is the answer"
+        print("  %-16s %9.3f %7.3f   %d allocating calls, %d frees: %s" % (
+            "--malloc", withm, withm / base, calls, frees, per))
+
+
 def bench_ocaml5():
     """OCaml 5.3: what the minor-heap writes cost when every other thread
     of the process is stopped around each of them (bpf/minor5.bpf.h), on
@@ -258,6 +319,9 @@ def main():
     if os.environ.get("BENCH_ONLY") == "ocaml5":
         bench_ocaml5()
         return
+    if os.environ.get("BENCH_ONLY") == "malloc":
+        bench_malloc()
+        return
     bench("alloc_minor fixture (minor allocations: 3:1 OCaml sites + a C site)",
           [chtest.fixture("alloc_minor"), "ratio", "c", "n=4000000"],
           memprof_arg=lambda r: ["memprof=" + r, "null"], kernel=kernel)
@@ -277,6 +341,7 @@ def main():
           ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d, before=clean, kernel=kernel)
     bench_census()
     bench_recording(d)
+    bench_malloc(d)
     bench_ocaml5()
 
 
