@@ -158,12 +158,12 @@ static void resident_line(FILE *out, const struct profile *p, const struct repor
 			report_format_bytes(r.live[CH_KIND_CUSTOM], b6, sizeof(b6)));
 	else
 		fprintf(out, ", custom blocks declare %s", report_format_bytes(r.live[CH_KIND_CUSTOM], b6, sizeof(b6)));
-	fprintf(out, "; unexplained %s%s (%.0f%% of RSS: code and data, stacks, runtime tables, allocator slack and "
-		     "free heap pages, memory from before camlheap attached%s)\n",
+	fprintf(out, "; unexplained %s%s (%.0f%% of RSS: code and data, stacks, runtime tables, allocator slack, "
+		     "memory from before camlheap attached%s%s)\n",
 		r.unexplained < 0 ? "-" : "", report_format_bytes(r.unexplained < 0 ? -r.unexplained : r.unexplained, b1,
 								  sizeof(b1)),
-		r.rss > 0 ? 100.0 * r.unexplained / r.rss : 0.0,
-		r.malloc_on ? "; negative: mappings counted whole but not all resident" : ", malloc");
+		r.rss > 0 ? 100.0 * r.unexplained / r.rss : 0.0, r.malloc_on ? "" : ", malloc'ed memory (--malloc)",
+		r.unexplained < 0 ? "; negative: heap chunks or mappings counted whole but not all resident" : "");
 }
 
 /* The lines a site's stack prints as, innermost first: one per frame,
