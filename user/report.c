@@ -819,6 +819,7 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 			"census; use a lower --rate\n",
 			m->counters[CH_CNT_DROPPED_SAMPLES]);
 	census_header(out, p, m);
+	resident_line(out, p, m);
 	fprintf(out, "\nLive sites by estimated live bytes (of %zu site%s; top %d):\n", ngroups, plural(ngroups),
 		m->top);
 	for (size_t i = 0; i < ngroups; i++)
