@@ -57,6 +57,26 @@ def _sites_at(j, site, kind="malloc"):
             any(f["function"] == MOD + site and f["line"] in lines for f in _frames(j, s))]
 
 
+def check_json(so, j, what=""):
+    """The checks of a --malloc recording of `cmalloc` (stdout `so`, JSON
+    report `j`): every site's estimate and leaf function, live samples
+    after the frees, the C thread's samples without an OCaml stack.  Also
+    run by `make test-vm` on Debian's own kernel."""
+    t = _truth(so)
+    for site, leaves in LEAF.items():
+        found = _sites_at(j, site)
+        assert found, "%sno malloc site for %s" % (what, site)
+        assert {_frames(j, s)[0]["function"] for s in found} == leaves, site
+        check_binomial(sum(s["samples"] for s in found), t[("malloc", MOD + site)], RATE, what + "malloc " + site)
+        live = sum(s["live"]["samples"] for s in found)
+        if t[("live", MOD + site)] == 0:
+            assert live == 0, (what, site, [s["live"] for s in found])
+        else:
+            check_binomial(live, t[("live", MOD + site)], RATE, what + "live " + site)
+    outside = [s for s in j["sites"] if s["kind"] == "malloc" and s["outside_ocaml"]]
+    check_binomial(sum(s["samples"] for s in outside), t[("malloc", "C.thread")], RATE, what + "C thread")
+
+
 def test_malloc_sites_estimates_and_leaf_function():
     """Every C-stub site's estimate is binomial around the bytes its stub
     asked libc for, and its leaf frame names the libc function called."""

@@ -130,7 +130,17 @@ static int libc_beside_interp(pid_t pid, const struct elf_image *exe, char *out,
 	snprintf(out, len, "%slibc.so.6", real);
 	snprintf(full, sizeof(full), "%s%s", root, out);
 	if (access(full, R_OK) == 0)
-		ret = 0;
+		return 0;
+	/* a loader copied rather than linked (an initramfs): the loader's
+	 * default directories, in its search order (ld.so(8)) */
+	static const char *const dirs[] = { "/lib/x86_64-linux-gnu/", "/usr/lib/x86_64-linux-gnu/", "/lib64/",
+					    "/usr/lib64/", "/lib/", "/usr/lib/" };
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(out, len, "%slibc.so.6", dirs[i]);
+		snprintf(full, sizeof(full), "%s%s", root, out);
+		if (access(full, R_OK) == 0)
+			return 0;
+	}
 	return ret;
 }
 

@@ -36,7 +36,8 @@ struct malloc_probes {
  * (its runtime `rt`).  The libc is the "libc.so.6" (or libc-X.Y.so)
  * mapping in /proc/PID/maps; a process stopped at exec (launch mode) has
  * none yet, so it is then the libc.so.6 beside the real path of the
- * executable's PT_INTERP dynamic loader (Debian's multiarch layout), if the
+ * executable's PT_INTERP dynamic loader (Debian's multiarch layout), else
+ * the first libc.so.6 in the loader's default directories, if the
  * executable links libc dynamically.  The allocator symbols come from its
  * .dynsym; malloc and free are required, the others optional.  Excluded
  * ranges (allocations the report counts already): caml_ba_alloc (bigarray

@@ -77,6 +77,12 @@ for v in 53 51; do
 	run v${v}_profiled $CH record --executor kernel --rate 1e-4 -o /tmp/r.txt -- $F/alloc_minor n=1000000 $DETERMINISTIC
 done
 
+# --malloc on this kernel: uprobes and uretprobes on libc's allocator
+run malloc $CH record --executor kernel --malloc --rate 1e-3 --format json -o /tmp/r.txt -- $FX/cmalloc n=300
+run malloc_plain $FX/cmalloc n=300
+run malloc53 $CH record --executor kernel --malloc --rate 1e-3 --format json -o /tmp/r.txt -- $FX53/cmalloc n=300
+run malloc53_plain $FX53/cmalloc n=300
+
 # kill -9 of camlheap attached to four domains (5.3, one spinning); every
 # other time its probe holder is killed at the same instant (killall), so
 # that a young_trigger lent at that moment is never given back

@@ -142,11 +142,12 @@ def build_initramfs():
     c.add_file(chtest.CAMLHEAP, "/work/camlheap")
     c.add_file(chtest.fixture("alloc_minor"), "/work/fixtures/alloc_minor")
     c.add_file(chtest.fixture("leak"), "/work/fixtures/leak")
+    c.add_file(chtest.fixture("cmalloc"), "/work/fixtures/cmalloc")
     # OCaml 5 fixtures, built with the cached toolchains as `make test` does
     import test_versions
     fx5 = {v: test_versions._fixtures_for(v) for v in ("5.3.0", "5.1.0")}
     for v, d in fx5.items():
-        for name in ("alloc_minor", "domains"):
+        for name in ("alloc_minor", "domains", "cmalloc"):
             c.add_file(os.path.join(d, name), "/work/fx%s/%s" % (v.replace(".", "")[:2], name))
     c.add_file("/usr/bin/ocamlopt.opt")
     c.add_file("/usr/bin/as")
@@ -387,6 +388,14 @@ def main():
         assert a["rc"] == b["rc"] == 0, b["err"]
         assert a["out"] == b["out"], "outputs differ"
 
+    def malloc(name):
+        import json
+        import test_malloc
+        s, plain = sec[name], sec[name + "_plain"]
+        assert s["rc"] == 0 and plain["rc"] == 0, s["err"]
+        assert s["out"] == plain["out"], "the target's output changed under --malloc"
+        test_malloc.check_json(s["out"], json.loads(s["rep"].text), "(VM %s) " % name)
+
     def kill9_domains():
         ref = re.search(r"^@@KILL9D ref (rc=\d+ md5=\w+)$", text, re.M).group(1)
         assert ref.startswith("rc=0 "), ref
@@ -412,6 +421,8 @@ def main():
             check(name + "kernel_executor_four_domains", lambda v=v: v5_domains(v))
             check(name + "kernel_executor_outputs_identical", lambda v=v: v5_identical(v))
         check("ocaml_5_3_kernel_executor_kill9_four_domains_never_harms_target", kill9_domains)
+        check("malloc_sites_live_and_c_thread", lambda: malloc("malloc"))
+        check("ocaml_5_3_malloc_sites_live_and_c_thread", lambda: malloc("malloc53"))
         report_times(text, kvm)
     print("%d passed, %d failed" % (results.count(True), results.count(False)))
     sys.exit(0 if all(results) else 1)
