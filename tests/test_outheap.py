@@ -158,3 +158,15 @@ def test_target_unharmed_with_camlheap_and_when_it_is_killed():
         got = w.finish()
         assert got == ref, "run %d: target changed: %r" % (i, got[:2])
     assert running_at_kill > 0, "the target always ended before camlheap was killed: a longer run is needed"
+
+
+def test_views_and_mapped_files_are_left_out_of_the_live_totals():
+    """A view's or a mapped file's memory is not the program's own heap
+    allocation: the census's live total leaves them out (their sites still
+    show their own live figures), as the allocated total does."""
+    so, j = _json([fixture("outheap"), "n=200"])
+    sites = j["sites"]
+    own = sum(s["live"]["samples"] for s in sites if s.get("bigarray_data") not in ("view", "mapped"))
+    views = sum(s["live"]["samples"] for s in sites if s.get("bigarray_data") in ("view", "mapped"))
+    assert views > 0, "no live view or mapped file to leave out"
+    assert j["census"]["live_samples"] == own, (j["census"]["live_samples"], own, views)

@@ -181,6 +181,7 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 			b->birth_major_gcs = ev->major_gcs;
 			b->birth_cycle = ev->clean_phases;
 			b->state = ev->in_minor_heap ? PROFILE_BLOCK_YOUNG : PROFILE_BLOCK_MAJOR;
+			b->uncounted = ev->kind == CH_KIND_BIGARRAY && ev->ext_flags != CH_BA_OWNED;
 			g_hash_table_insert(p->blocks, k, b);
 			site->followed_blocks++;
 			site->live_blocks++;
@@ -198,7 +199,8 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 			if (site->live_samples > site->peak_live_samples)
 				site->peak_live_samples = site->live_samples;
 			p->followed_blocks++;
-			p->live_samples += ev->nsamples;
+			if (!b->uncounted)
+				p->live_samples += ev->nsamples;
 			if (p->live_samples > p->peak_live_samples) {
 				p->peak_live_samples = p->live_samples;
 				p->peak_ns = ev->time_ns;
@@ -211,6 +213,8 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 	p->samples_by_kind[ev->kind] += ev->nsamples;
 	if (ev->kind == CH_KIND_BIGARRAY && ev->ext_flags <= CH_BA_MAPPED)
 		p->bigarray_samples[ev->ext_flags] += ev->nsamples;
+	if (ev->kind == CH_KIND_BIGARRAY && ev->ext_flags != CH_BA_OWNED)
+		p->uncounted_samples += ev->nsamples;
 	p->walks_by_term[ev->term]++;
 	if (!p->first_ns || ev->time_ns < p->first_ns)
 		p->first_ns = ev->time_ns;
@@ -228,7 +232,8 @@ static void block_dies(struct profile *p, uint64_t id, struct profile_block *b, 
 	site->live_est_objects -= profile_object_weight(p, b->words);
 	if (site->live_est_objects < 0 || !site->live_blocks)
 		site->live_est_objects = 0; /* rounding */
-	p->live_samples -= b->nsamples;
+	if (!b->uncounted)
+		p->live_samples -= b->nsamples;
 	if (b->state == PROFILE_BLOCK_YOUNG) {
 		site->dead_minor_blocks++;
 		p->dead_minor_blocks++;

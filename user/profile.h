@@ -66,6 +66,8 @@ struct profile_block {
 	uint32_t birth_major_gcs;  /* stat_major_collections at the allocation */
 	uint32_t birth_cycle;      /* major clean phases camlheap had seen before the allocation */
 	uint8_t state;             /* enum profile_block_state */
+	bool uncounted;            /* memory counted elsewhere (a bigarray view, a mapped file): left out of
+				    * the profile's live totals (its site still shows it) */
 };
 
 enum profile_block_state {
@@ -91,7 +93,8 @@ struct profile {
 	void *custom_names;    /* GHashTable custom operations address (uint64) -> identifier (char *) */
 	/* Census */
 	void *blocks;          /* GHashTable sample id -> struct profile_block (live ones) */
-	uint64_t live_samples, peak_live_samples;
+	uint64_t live_samples, peak_live_samples; /* bigarray views and mapped files left out */
+	uint64_t uncounted_samples; /* samples of bigarray views and mapped files (their memory is elsewhere) */
 	uint64_t peak_ns;      /* when the total peak was reached */
 	uint64_t followed_blocks, followed_minor_blocks, promoted_blocks, dead_minor_blocks, dead_major_blocks;
 	void *interval_births;  /* GArray of uint64: sampled blocks born between clean phases j and j+1 */

@@ -780,7 +780,9 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			kind_names[g->kind], dom, report_format_bytes(est_bytes(p, g->samples), b1, sizeof(b1)),
 			report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)),
 			report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)), g->samples, plural(g->samples),
-			p->samples ? 100.0 * (double)g->samples / (double)p->samples : 0.0);
+			p->samples > p->uncounted_samples
+				? 100.0 * (double)g->samples / (double)(p->samples - p->uncounted_samples)
+				: 0.0);
 		site_type_line(out, p, g->site);
 		if ((m->live || m->value != REPORT_VALUE_ALLOC) && m->census_on)
 			site_live_line(out, p, g);
