@@ -21,6 +21,9 @@
  *    malloc calls mmap for large chunks): the outer call is the event; a
  *    nested call is one whose entry stack pointer is below the pending
  *    outer call's on the same thread;
+ *  - mmap calls made by libc itself (return address in libc's code): the
+ *    arenas glibc creates inside free (which has no return probe to nest
+ *    them), thread stacks;
  *  - calls made directly by the runtime functions whose memory the report
  *    counts already (heap chunks, 5.x pools and large blocks, minor heaps,
  *    bigarray data): their return address is in ch_proc.rt_mem_lo/hi.
@@ -28,19 +31,16 @@
  * Stacks: the OCaml stack of the call into C that led to the allocation
  * (Caml_state's bottom_of_stack on 4.x, the domain's current fiber on 5.x),
  * after a leaf pseudo frame naming the libc function.  It belongs to the
- * calling thread only if that thread runs the OCaml runtime now: on 4.x
- * bottom_of_stack must lie just above the thread's stack pointer (within
- * CH_MALLOC_STACK_SPAN), on 5.x the domain's c_stack link likewise.  Else
- * (a C thread, a thread in a blocking section) the sample has no OCaml
- * frame and says so (CH_MALLOC_OUTSIDE).
+ * calling thread only if that thread runs the OCaml runtime now: the
+ * runtime's stack boundary (4.x bottom_of_stack, 5.x the domain's c_stack
+ * link) must lie on this thread's own stack, between its stack pointer and
+ * the top of its stack (malloc_in_ocaml).  Else (a C thread, a thread in a
+ * blocking section) the sample has no OCaml frame and says so
+ * (CH_MALLOC_OUTSIDE).
  */
 #ifndef CH_MALLOC_BPF_H
 #define CH_MALLOC_BPF_H
 
-/* How far above a C stack pointer the thread's own OCaml boundary may lie:
- * the C frames between an external call and malloc.  Thread stacks are 8
- * MiB apart by default, so another thread's boundary is never this close. */
-#define CH_MALLOC_STACK_SPAN (1ULL << 20)
 #define CH_MAP_ANONYMOUS 0x20
 
 /* The pending allocating call of a thread (entry -> return). */
@@ -119,6 +119,18 @@ static __always_inline void malloc_enter(struct pt_regs *ctx, __u8 fn, __u64 byt
 	m = bpf_map_lookup_elem(&malloc_inflight, &tid);
 	if (m && m->sp > c.sp)
 		return; /* nested in a probed call: that one is the event */
+	if (fn == CH_MFN_MMAP && p->libc_text_hi && bpf_probe_read_user(&ret, sizeof(ret), (void *)c.sp) == 0) {
+		/* libc's load bias from this probe's address (page-aligned; the
+		 * ip may be past the breakpoint byte) */
+		__u64 base = (PT_REGS_IP(ctx) - p->libc_mmap_vaddr) & ~0xfffULL;
+
+		if (ret - base >= p->libc_text_lo && ret - base < p->libc_text_hi) {
+			/* libc's own: a malloc arena made inside free (no
+			 * return probe there to nest it), a thread's stack */
+			count(CH_CNT_MMAP_LIBC, 1);
+			return;
+		}
+	}
 	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)c.sp) == 0 && in_rt_mem(p, ret)) {
 		/* the runtime's own: glibc's malloc may mmap inside it, and
 		 * that mmap is the runtime's too */
@@ -162,11 +174,28 @@ static __always_inline void malloc_forget(struct ch_proc *p, __u64 ptr)
 		count(CH_CNT_DROPPED, 1);
 }
 
+/* The top of the calling thread's stack: the process's initial stack
+ * (mm->start_stack, where argc sits) for its main thread; for a thread
+ * glibc created, its thread pointer (%fs base): glibc puts the thread
+ * descriptor (TCB) at the top of the block it allocates for the thread's
+ * stack, so every frame of the thread lies below it (nptl
+ * allocate_stack).  Another thread's stack is never between a thread's
+ * stack pointer and this. */
+static __always_inline __u64 stack_top(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 id = bpf_get_current_pid_tgid();
+
+	if ((__u32)id == (__u32)(id >> 32))
+		return BPF_CORE_READ(task, mm, start_stack) + 1;
+	return BPF_CORE_READ(task, thread.fsbase);
+}
+
 /* Does the calling thread run the OCaml runtime now (its OCaml stack is
  * the one Caml_state points to)?  `sp`: its stack pointer.  Returns
- * MALLOC_WALK if so, MALLOC_OUTSIDE if not, MALLOC_NO_OCAML when there is
- * no boundary at all (4.x bottom_of_stack, 5.x c_stack NULL): the
- * runtime's own start-up or exit, before or after any OCaml code (its
+ * MALLOC_WALK if so, MALLOC_OUTSIDE if not, MALLOC_NO_OCAML when the main
+ * thread finds no boundary at all (4.x bottom_of_stack, 5.x c_stack NULL):
+ * the runtime's own start-up or exit, before or after any OCaml code (its
  * domain state may not even be set up yet): no OCaml frame. */
 #define MALLOC_OUTSIDE 0
 #define MALLOC_WALK 1
@@ -185,9 +214,15 @@ static __always_inline int malloc_in_ocaml(struct ch_proc *p, __u64 sp)
 		   bpf_probe_read_user(&edge, sizeof(edge), (void *)(caml_state + CH_OCAML4_BOTTOM_OF_STACK))) {
 		return caml_state ? MALLOC_OUTSIDE : MALLOC_NO_OCAML;
 	}
-	if (!edge)
-		return MALLOC_NO_OCAML;
-	return edge > sp && edge - sp < CH_MALLOC_STACK_SPAN ? MALLOC_WALK : MALLOC_OUTSIDE;
+	if (!edge) {
+		/* no boundary: on the main thread, the runtime's start-up or
+		 * exit; on another thread, whatever runs OCaml has not called
+		 * into C yet (a thread just switched to), so it is not us */
+		__u64 id = bpf_get_current_pid_tgid();
+
+		return (__u32)id == (__u32)(id >> 32) ? MALLOC_NO_OCAML : MALLOC_OUTSIDE;
+	}
+	return edge > sp && edge < stack_top() ? MALLOC_WALK : MALLOC_OUTSIDE;
 }
 
 static __always_inline __u32 malloc_sample_words(__u64 words)
@@ -243,7 +278,7 @@ int BPF_KRETPROBE(on_malloc_ret, __u64 ret)
 		return 0;
 	inside = malloc_in_ocaml(p, sp);
 	if (inside == MALLOC_OUTSIDE)
-		count(CH_CNT_MALLOC_OUTSIDE, 1);
+		count(CH_CNT_MALLOC_OUTSIDE, n);
 	ev = prepare_event_ext(p, CH_KIND_MALLOC, ptr, words, n, CH_PSEUDO_PC(c.fn), inside == MALLOC_WALK);
 	if (!ev)
 		return 0;

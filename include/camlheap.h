@@ -77,9 +77,10 @@ enum ch_malloc_fn {
 
 /* Link-time ranges of runtime functions whose own malloc/mmap calls make
  * memory the report already counts (heap chunks, pools, minor heaps,
- * large blocks, bigarray data): a --malloc call whose return address lies
- * in one of them is left out (ch_proc.rt_mem_lo/hi). */
-#define CH_RT_MEM_RANGES 8
+ * large blocks, bigarray data) or the GC's own tables sized after the
+ * heaps (minor remembered sets, the 4.x page table): a --malloc call whose
+ * return address lies in one of them is left out (ch_proc.rt_mem_lo/hi). */
+#define CH_RT_MEM_RANGES 16
 
 /* Value of the BPF map `custom_names` (key: a struct custom_operations *
  * in the target): its identifier, NUL-terminated ("" if unreadable). */
@@ -166,6 +167,7 @@ enum ch_counter {
 	CH_CNT_MALLOC_RUNTIME,     /* calls left out: the runtime's own heap, pools, large blocks, bigarray data */
 	CH_CNT_MALLOC_OUTSIDE,     /* malloc samples taken outside OCaml code (C threads, blocking sections) */
 	CH_CNT_MALLOC_FREED,       /* sampled allocations seen freed */
+	CH_CNT_MMAP_LIBC,          /* mmap calls left out: made by libc itself (arenas, thread stacks) */
 	CH_CNT__COUNT
 };
 
@@ -220,6 +222,11 @@ struct ch_proc {
 	 * malloc/mmap calls are left out (CH_RT_MEM_RANGES; unused: 0, 0) */
 	__u64 rt_mem_lo[CH_RT_MEM_RANGES];
 	__u64 rt_mem_hi[CH_RT_MEM_RANGES];
+	/* --malloc: libc's own mmap calls (malloc arenas made inside free,
+	 * thread stacks) are left out: the link-time vaddr of the mmap probe in
+	 * libc (the probe's ip gives libc's load bias) and libc's code range */
+	__u64 libc_mmap_vaddr;
+	__u64 libc_text_lo, libc_text_hi;
 };
 
 /* OCaml 5: per-domain sampler state, map `domains` (the countdown of

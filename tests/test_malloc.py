@@ -22,7 +22,8 @@ from chtest import check_binomial, fixture, site_lines
 RATE = 1e-3
 MOD = "Cmalloc."
 LEAF = {"m_kept": {"malloc"}, "m_freed": {"malloc"}, "m_calloc": {"calloc"}, "m_realloc_first": {"malloc"},
-        "m_realloc": {"realloc"}, "m_memalign": {"posix_memalign", "aligned_alloc"}, "m_mmap": {"mmap"}}
+        "m_realloc": {"realloc"}, "m_memalign": {"posix_memalign", "aligned_alloc"}, "m_mmap": {"mmap"},
+        "m_bigstack": {"malloc"}}
 
 
 def _truth(stdout):
@@ -121,7 +122,29 @@ def test_malloc_from_a_c_thread_has_no_ocaml_stack():
     for s in outside:
         assert [f["function"] for f in _frames(j, s)] == ["malloc"], _frames(j, s)
     check_binomial(sum(s["samples"] for s in outside), t[("malloc", "C.thread")], RATE, "C thread")
-    assert j["totals"]["observed_words"]["malloc_outside_samples"] == sum(s["sampled_blocks"] for s in outside)
+    assert j["totals"]["observed_words"]["malloc_outside_samples"] == sum(s["samples"] for s in outside)
+
+
+def test_c_thread_beside_an_ocaml_thread_with_small_stacks():
+    """With 256 KiB thread stacks (ulimit -s), a C thread mallocs while an
+    OCaml thread runs OCaml code: the runtime's stack boundary is then on
+    a stack next to the C thread's.  Its samples still have no OCaml stack,
+    and none is pinned on the OCaml thread's."""
+    import resource
+
+    def small_stacks():
+        resource.setrlimit(resource.RLIMIT_STACK, (256 << 10, resource.RLIM_INFINITY))
+    d = chtest.tmpdir()
+    out = os.path.join(d, "r.json")
+    p = subprocess.run([chtest.CAMLHEAP, "record", "--malloc", "--rate", repr(RATE), "--format", "json", "-o", out,
+                        "--", fixture("cmalloc"), "n=300", "spin"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=300, preexec_fn=small_stacks)
+    assert p.returncode == 0, p.stderr
+    so, j = p.stdout.decode(), json.load(open(out))
+    t = _truth(so)
+    outside = [s for s in j["sites"] if s["kind"] == "malloc" and s["outside_ocaml"]]
+    check_binomial(sum(s["samples"] for s in outside), t[("malloc", "C.thread")], RATE, "C thread beside a spinner")
+    assert not _sites_at(j, "spinner_site"), [s["samples"] for s in _sites_at(j, "spinner_site")]
 
 
 def test_runtime_heap_is_not_counted_twice():
@@ -200,7 +223,7 @@ def test_target_unharmed_with_malloc_probes_and_when_killed():
     ref_w = chtest.Waiting("cmalloc", args)
     ref_w.release()
     ref = ref_w.finish()
-    assert ref[0] == 0 and "kept 9150" in ref[1], ref[:2]
+    assert ref[0] == 0 and "kept 9450" in ref[1], ref[:2]
     rc, so, se = chtest.run_record(["--malloc", "--rate", repr(RATE), "-o", os.path.join(chtest.tmpdir(), "r.txt")],
                                    [fixture("cmalloc")] + args)
     assert (rc, so) == ref[:2], (rc, se)

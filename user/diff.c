@@ -247,10 +247,29 @@ static char *site_key(JsonObject *site, JsonArray *stacks, JsonArray *frame_tabl
 	int64_t line = alloc ? json_object_get_int_member_with_default(alloc, "line", 0) : 0;
 	JsonNode *st = json_object_get_member(site, "stack");
 
-	g_string_append_printf(k, "|%s|%s|%" G_GINT64_FORMAT, fn, file ? file : "", line);
-	*label = g_strdup_printf("%-9s %s (%s:%" G_GINT64_FORMAT ")",
-				 json_object_get_string_member_with_default(site, "kind", "?"), fn,
-				 file ? file : "?", line);
+	const char *libc_fn = NULL;
+	JsonObject *caller = json_object_has_member(site, "caller") ? json_object_get_object_member(site, "caller")
+								    : NULL;
+
+	/* --malloc: the allocation position is the libc function; the site's
+	 * position is the OCaml code that called into C */
+	if (caller) {
+		JsonNode *cf = json_object_get_member(caller, "file");
+
+		libc_fn = fn;
+		fn = json_object_get_string_member_with_default(caller, "function", "?");
+		file = cf && JSON_NODE_HOLDS_VALUE(cf) ? json_node_get_string(cf) : NULL;
+		line = json_object_get_int_member_with_default(caller, "line", 0);
+	}
+	g_string_append_printf(k, "|%s|%s|%s|%" G_GINT64_FORMAT, libc_fn ? libc_fn : "", fn, file ? file : "", line);
+	if (libc_fn)
+		*label = g_strdup_printf("%-9s %s <- %s (%s:%" G_GINT64_FORMAT ")",
+					 json_object_get_string_member_with_default(site, "kind", "?"), libc_fn, fn,
+					 file ? file : "?", line);
+	else
+		*label = g_strdup_printf("%-9s %s (%s:%" G_GINT64_FORMAT ")",
+					 json_object_get_string_member_with_default(site, "kind", "?"), fn,
+					 file ? file : "?", line);
 	if (by_stack && st && JSON_NODE_HOLDS_VALUE(st)) {
 		char *l2;
 

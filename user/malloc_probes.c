@@ -35,7 +35,7 @@ static bool is_libc_name(const char *base)
 }
 
 /* The libc mapped by `pid`, as a path in its file system, into out. */
-static int mapped_libc(pid_t pid, char *out, size_t len)
+int malloc_probes_mapped_libc(pid_t pid, char *out, size_t len)
 {
 	char path[64], line[4096 + 128];
 	FILE *f;
@@ -64,12 +64,64 @@ static int mapped_libc(pid_t pid, char *out, size_t len)
 	return ret;
 }
 
+/* The value of `name` in pid's environment, "" if unset. */
+static void env_value(pid_t pid, const char *name, char *out, size_t len)
+{
+	char path[64], buf[65536];
+	size_t nl = strlen(name);
+	ssize_t n;
+	int fd;
+
+	out[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	for (ssize_t i = 0; n > 0 && i < n; i += (ssize_t)strlen(buf + i) + 1) {
+		buf[n] = '\0';
+		if (!strncmp(buf + i, name, nl) && buf[i + nl] == '=') {
+			snprintf(out, len, "%s", buf + i + nl + 1);
+			return;
+		}
+	}
+}
+
+/* The first directory of the ':'-separated `dirs` (with $ORIGIN as
+ * `origin`) holding a readable libc.so.6 under `root`, as a path inside
+ * root into out.  Returns 0 or -ENOENT. */
+static int search_path(const char *root, const char *dirs, const char *origin, char *out, size_t len)
+{
+	char copy[PATH_MAX], *save = NULL, full[2 * PATH_MAX + 64];
+
+	snprintf(copy, sizeof(copy), "%s", dirs);
+	for (char *d = strtok_r(copy, ":;", &save); d; d = strtok_r(NULL, ":;", &save)) {
+		char dir[PATH_MAX];
+
+		if (!strncmp(d, "$ORIGIN", 7))
+			snprintf(dir, sizeof(dir), "%s%s", origin, d + 7);
+		else if (!strncmp(d, "${ORIGIN}", 9))
+			snprintf(dir, sizeof(dir), "%s%s", origin, d + 9);
+		else
+			snprintf(dir, sizeof(dir), "%s", d);
+		if (dir[0] != '/')
+			continue;
+		snprintf(out, len, "%s/libc.so.6", dir);
+		snprintf(full, sizeof(full), "%s%s", root, out);
+		if (access(full, R_OK) == 0)
+			return 0;
+	}
+	return -ENOENT;
+}
+
 /* Launch mode (stopped at exec, nothing but the executable and its
  * loader mapped): the libc.so.6 beside the loader's real path, if the
  * executable needs libc.so.6. */
 static int libc_beside_interp(pid_t pid, const struct elf_image *exe, char *out, size_t len)
 {
 	char root[64], interp[PATH_MAX], full[PATH_MAX + 64], real[PATH_MAX];
+	char rpath[PATH_MAX] = "", runpath[PATH_MAX] = "", llp[PATH_MAX] = "", origin[PATH_MAX];
 	int fd, ret = -ENOENT;
 	Elf *e;
 	size_t n = 0;
@@ -109,6 +161,16 @@ static int libc_beside_interp(pid_t pid, const struct elf_image *exe, char *out,
 				if (name && is_libc_name(name))
 					needs_libc = true;
 			}
+			for (size_t k = 0; k < sh.sh_size / (sh.sh_entsize ? sh.sh_entsize : 16); k++) {
+				GElf_Dyn dyn;
+				const char *v;
+
+				if (!gelf_getdyn(d, (int)k, &dyn) || (dyn.d_tag != DT_RPATH && dyn.d_tag != DT_RUNPATH))
+					continue;
+				v = elf_strptr(e, sh.sh_link, dyn.d_un.d_val);
+				if (v)
+					snprintf(dyn.d_tag == DT_RPATH ? rpath : runpath, PATH_MAX, "%s", v);
+			}
 		}
 	}
 	if (e)
@@ -116,6 +178,22 @@ static int libc_beside_interp(pid_t pid, const struct elf_image *exe, char *out,
 	close(fd);
 	if (!interp[0] || !needs_libc)
 		return -ENOENT;
+	/* the loader's search order (ld.so(8)): DT_RPATH (without DT_RUNPATH),
+	 * LD_LIBRARY_PATH, DT_RUNPATH, then its cache and default directories */
+	snprintf(origin, sizeof(origin), "%s", elf_image_path(exe));
+	{
+		char *sl = strrchr(origin, '/');
+
+		if (sl)
+			*sl = '\0';
+	}
+	env_value(pid, "LD_LIBRARY_PATH", llp, sizeof(llp));
+	if (!runpath[0] && search_path(root, rpath, origin, out, len) == 0)
+		return 0;
+	if (search_path(root, llp, origin, out, len) == 0)
+		return 0;
+	if (search_path(root, runpath, origin, out, len) == 0)
+		return 0;
 	/* resolve inside the target's root */
 	snprintf(full, sizeof(full), "%s%s", root, interp);
 	if (!realpath(full, real))
@@ -186,6 +264,33 @@ static unsigned libc_step_over(const uint8_t *c, size_t len)
 	return 0;
 }
 
+/* The executable PT_LOAD segment of the ELF file at `path` (link-time
+ * [lo, hi)); 0, 0 if unreadable. */
+static void libc_text(const char *path, uint64_t *lo, uint64_t *hi)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	Elf *e;
+	size_t n = 0;
+
+	*lo = *hi = 0;
+	if (fd < 0)
+		return;
+	elf_version(EV_CURRENT);
+	e = elf_begin(fd, ELF_C_READ, NULL);
+	if (e && elf_getphdrnum(e, &n) == 0)
+		for (size_t i = 0; i < n; i++) {
+			GElf_Phdr ph;
+
+			if (gelf_getphdr(e, (int)i, &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X) && !*hi) {
+				*lo = ph.p_vaddr;
+				*hi = ph.p_vaddr + ph.p_memsz;
+			}
+		}
+	if (e)
+		elf_end(e);
+	close(fd);
+}
+
 static int plan_fn(const struct elf_image *img, unsigned fn, struct malloc_probe *mp)
 {
 	const struct elf_symbol *sym = elf_image_symbol(img, fn_symbols[fn]);
@@ -214,6 +319,7 @@ static int plan_fn(const struct elf_image *img, unsigned fn, struct malloc_probe
 	}
 	/* nothing skipped touches rsp: the return address is still at
 	 * (%rsp), so the uretprobe can share the entry's spot */
+	mp->vaddr = sym->vaddr + off;
 	if (elf_image_vaddr_to_offset(img, sym->vaddr + off, &mp->file_offset) < 0)
 		return -ERANGE;
 	if (fn < CH_MFN__ALLOCS)
@@ -241,7 +347,7 @@ int malloc_probes_plan(pid_t pid, const struct elf_image *exe, const struct ocam
 	int ret;
 
 	memset(mp, 0, sizeof(*mp));
-	ret = mapped_libc(pid, mp->shown, sizeof(mp->shown));
+	ret = malloc_probes_mapped_libc(pid, mp->shown, sizeof(mp->shown));
 	if (ret < 0)
 		ret = libc_beside_interp(pid, exe, mp->shown, sizeof(mp->shown));
 	if (ret < 0) {
@@ -266,6 +372,8 @@ int malloc_probes_plan(pid_t pid, const struct elf_image *exe, const struct ocam
 				mp->fn[f].present = false;
 	}
 	elf_image_close(img);
+	mp->mmap_vaddr = mp->fn[CH_MFN_MMAP].present ? mp->fn[CH_MFN_MMAP].vaddr : 0;
+	libc_text(mp->path, &mp->libc_text_lo, &mp->libc_text_hi);
 	if (!mp->fn[CH_MFN_MALLOC].present || !mp->fn[CH_MFN_FREE].present) {
 		snprintf(err, errlen, "--malloc: %s (PID %d's libc) has no malloc or free symbol: not glibc?", mp->shown,
 			 pid);
@@ -273,9 +381,20 @@ int malloc_probes_plan(pid_t pid, const struct elf_image *exe, const struct ocam
 	}
 	if (rt->ba_ops_sym)
 		add_range(mp, exe, "caml_ba_alloc");
+	/* the GC's tables sized after the minor heap (ref, custom, ephemeron
+	 * remembered sets; runtime/minor_gc.c) */
+	add_range(mp, exe, "caml_alloc_table");
+	add_range(mp, exe, "caml_alloc_minor_tables");
+	add_range(mp, exe, "realloc_generic_table");
+	add_range(mp, exe, "realloc_generic_table.constprop.0");
 	if (rt->major == 4) {
 		add_range(mp, exe, "caml_alloc_for_heap");
 		add_range(mp, exe, "caml_stat_alloc_aligned_noexc");
+		add_range(mp, exe, "caml_alloc_custom_table");
+		add_range(mp, exe, "caml_alloc_ephe_table");
+		/* the page table, sized after the major heap (runtime/memory.c) */
+		add_range(mp, exe, "caml_page_table_initialize");
+		add_range(mp, exe, "caml_page_table_modify");
 	} else {
 		add_range(mp, exe, "caml_shared_try_alloc");
 		add_range(mp, exe, "caml_plat_mem_map");

@@ -199,8 +199,10 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 			if (site->live_samples > site->peak_live_samples)
 				site->peak_live_samples = site->live_samples;
 			p->followed_blocks++;
-			if (!b->uncounted)
+			if (!b->uncounted) {
 				p->live_samples += ev->nsamples;
+				p->live_samples_by_kind[ev->kind] += ev->nsamples;
+			}
 			if (p->live_samples > p->peak_live_samples) {
 				p->peak_live_samples = p->live_samples;
 				p->peak_ns = ev->time_ns;
@@ -232,9 +234,14 @@ static void block_dies(struct profile *p, uint64_t id, struct profile_block *b, 
 	site->live_est_objects -= profile_object_weight(p, b->words);
 	if (site->live_est_objects < 0 || !site->live_blocks)
 		site->live_est_objects = 0; /* rounding */
-	if (!b->uncounted)
+	if (!b->uncounted) {
 		p->live_samples -= b->nsamples;
-	if (b->state == PROFILE_BLOCK_YOUNG) {
+		p->live_samples_by_kind[site->kind] -= b->nsamples;
+	}
+	if (f->kind == CH_FATE_FREED) {
+		site->dead_major_blocks++; /* the site's deaths: freed */
+		p->freed_blocks++;
+	} else if (b->state == PROFILE_BLOCK_YOUNG) {
 		site->dead_minor_blocks++;
 		p->dead_minor_blocks++;
 	} else {

@@ -95,10 +95,12 @@ struct profile {
 	void *blocks;          /* GHashTable sample id -> struct profile_block (live ones) */
 	uint64_t live_samples, peak_live_samples; /* bigarray views and mapped files left out */
 	uint64_t uncounted_samples; /* samples of bigarray views and mapped files (their memory is elsewhere) */
+	uint64_t live_samples_by_kind[CH_KIND__COUNT]; /* live_samples split by kind (same blocks left out) */
 	uint64_t peak_ns;      /* when the total peak was reached */
 	uint64_t followed_blocks, followed_minor_blocks, promoted_blocks, dead_minor_blocks, dead_major_blocks;
 	void *interval_births;  /* GArray of uint64: sampled blocks born between clean phases j and j+1 */
 	uint64_t relocated_blocks, unfollowed_blocks, unknown_fate_blocks;
+	uint64_t freed_blocks; /* --malloc: sampled blocks seen freed (free, munmap, realloc); not in dead_* */
 	uint64_t orphan_fates; /* fate events for an id never seen (counted, never subtracted) */
 	uint32_t clean_phases; /* major clean phases seen (from the numbered CH_NOTE_MAJOR_CLEAN) */
 	uint32_t lost_clean_notes; /* notes lost (ring full), their snapshots repeated */

@@ -84,11 +84,15 @@ struct intake {
 	const struct ocaml_runtime *rt;
 	uint64_t bias;
 	struct resident res;
+	uint64_t res_live[CH_KIND__COUNT]; /* the profile's live samples by kind at that reading */
+	const char *malloc_libc;  /* --malloc in launch mode: the libc probed, checked once the program maps one */
+	bool libc_checked;
+	char libc_warning[8400];  /* set if the program loaded another libc */
 	bool res_valid;
 	double next_res;
 };
 
-#define RESIDENT_PERIOD_S 0.5
+#define RESIDENT_PERIOD_S 0.1
 
 /* Read the target's resident set and heap size; keep the reading if it
  * worked.  Returns 0 or -errno. */
@@ -99,9 +103,25 @@ static int read_resident(struct intake *in)
 	struct resident r;
 	int ret = resident_read(in->pid, in->rt, in->bias, doms, nd, &r);
 
+	if (ret == 0 && in->malloc_libc && !in->libc_checked) {
+		char mapped[4096];
+
+		if (malloc_probes_mapped_libc(in->pid, mapped, sizeof(mapped)) == 0) {
+			in->libc_checked = true;
+			if (strcmp(mapped, in->malloc_libc)) {
+				snprintf(in->libc_warning, sizeof(in->libc_warning),
+					 "--malloc probed %s, but the program loaded %s: its malloc calls were not "
+					 "seen; attach with -p PID once it runs (its mapped libc is probed then)",
+					 in->malloc_libc, mapped);
+				fprintf(stderr, "camlheap: %s\n", in->libc_warning);
+			}
+		}
+	}
 	if (ret == 0) {
 		in->res = r;
 		in->res_valid = true;
+		/* what was live then, for a like-for-like split */
+		memcpy(in->res_live, in->prof->live_samples_by_kind, sizeof(in->res_live));
 	}
 	return ret;
 }
@@ -414,6 +434,11 @@ static void record_until_stop(const struct record_opts *o, struct target *t, str
 {
 	double next_progress = now_s() + 10.0;
 
+	/* attached to a running program: one reading at once (a launched one
+	 * has not started yet: its first reading is one period in) */
+	if (!t->launched)
+		read_resident(intake);
+	intake->next_res = now_s() + RESIDENT_PERIOD_S;
 	for (;;) {
 		struct pollfd fds[4] = {
 			{ .fd = sigfd, .events = POLLIN },
@@ -722,6 +747,7 @@ int record_run(const struct record_opts *o)
 	intake.pid = t.pid;
 	intake.rt = &t.rt;
 	intake.bias = t.bias;
+	intake.malloc_libc = cfg.malloc && t.launched ? mprobes.shown : NULL;
 	if (intake.rec && t.mods.n) {
 		/* the recording symbolizes from the first event on: open the
 		 * executable's debug information now (after the attach, which
@@ -794,6 +820,10 @@ int record_run(const struct record_opts *o)
 			meta.rss_kib = intake.res.rss_kib;
 			meta.hwm_kib = intake.res.hwm_kib;
 			meta.heap_words = intake.res.heap_words;
+			meta.rss_live_set = true;
+			meta.rss_live_bigarray = intake.res_live[CH_KIND_BIGARRAY];
+			meta.rss_live_malloc = intake.res_live[CH_KIND_MALLOC];
+			meta.rss_live_custom = intake.res_live[CH_KIND_CUSTOM];
 			if (now_ok)
 				snprintf(when, sizeof(when), "read at the end");
 			else

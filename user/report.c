@@ -3,6 +3,7 @@
 #include "report.h"
 
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <sys/wait.h>
@@ -117,13 +118,20 @@ static void resident_split(const struct profile *p, const struct report_meta *m,
 	r->heap = m->heap_words ? (double)m->heap_words * 8.0 : -1;
 	r->live_known = m->census_on;
 	r->malloc_on = m->malloc_libc != NULL;
-	g_hash_table_iter_init(&it, p->sites);
-	while (g_hash_table_iter_next(&it, &k, &v)) {
-		const struct profile_site *s = v;
+	if (m->rss_live_set) {
+		/* live when the RSS was read */
+		live[CH_KIND_BIGARRAY] = m->rss_live_bigarray;
+		live[CH_KIND_MALLOC] = m->rss_live_malloc;
+		live[CH_KIND_CUSTOM] = m->rss_live_custom;
+	} else {
+		g_hash_table_iter_init(&it, p->sites);
+		while (g_hash_table_iter_next(&it, &k, &v)) {
+			const struct profile_site *s = v;
 
-		if (s->kind == CH_KIND_BIGARRAY && s->subtype != CH_BA_OWNED)
-			continue;
-		live[s->kind] += s->live_samples;
+			if (s->kind == CH_KIND_BIGARRAY && s->subtype != CH_BA_OWNED)
+				continue;
+			live[s->kind] += s->live_samples;
+		}
 	}
 	for (int i = 0; i < CH_KIND__COUNT; i++)
 		r->live[i] = est_bytes(p, live[i]);
@@ -143,7 +151,8 @@ static void resident_line(FILE *out, const struct profile *p, const struct repor
 		return;
 	fprintf(out, "resident    RSS %s (peak %s; %s): OCaml heap %s", report_format_bytes(r.rss, b1, sizeof(b1)),
 		report_format_bytes(r.hwm, b2, sizeof(b2)), m->rss_when ? m->rss_when : "read at the end",
-		r.heap >= 0 ? report_format_bytes(r.heap, b3, sizeof(b3)) : "unknown (no runtime symbols)");
+		r.heap >= 0 ? report_format_bytes(r.heap, b3, sizeof(b3))
+			    : "unknown (the runtime had not started, or its symbols are stripped)");
 	if (r.heap >= 0)
 		fprintf(out, " (runtime counters: major and minor heaps)");
 	if (!r.live_known) {
@@ -472,6 +481,9 @@ static void census_header(FILE *out, const struct profile *p, const struct repor
 		" major collections seen (%u reached their clean phase)\n",
 		p->followed_blocks, plural(p->followed_blocks), p->followed_minor_blocks, p->promoted_blocks, p->dead_minor_blocks,
 		p->dead_major_blocks, c[CH_CNT_MINOR_UPDATES], c[CH_CNT_CLEAN_PHASES], p->clean_phases);
+	if (p->freed_blocks)
+		fprintf(out, "freed       %" PRIu64 " malloc'ed sampled block%s seen freed (free, realloc, munmap)\n",
+			p->freed_blocks, plural(p->freed_blocks));
 	fprintf(out,
 		"gc hooks    minor collections: %.3f ms for %" PRIu64 " young entries checked; clean phases: %.3f ms "
 		"for %" PRIu64 " major entries checked (BPF time in the target)\n",
@@ -647,11 +659,13 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	if (m->malloc_libc && !m->foreign)
 		fprintf(out,
 			"malloc      --malloc on %s: %" PRIu64 " allocating calls (%s, exact) and %" PRIu64
-			" frees seen; %" PRIu64 " calls of the runtime's own left out (heap, pools, large blocks, "
-			"bigarray data: counted above); %" PRIu64 " samples from threads not running OCaml (no OCaml "
-			"stack); %" PRIu64 " sampled blocks seen freed\n",
+			" frees seen; left out: %" PRIu64 " calls of the runtime's own (heap, pools, large blocks, bigarray "
+			"data: counted above; the GC's tables) and %" PRIu64 " mmap calls of libc's own (malloc arenas, "
+			"thread stacks); %" PRIu64 " samples from threads not running OCaml (no OCaml stack); %" PRIu64
+			" sampled blocks seen freed\n",
 			m->malloc_libc, c[CH_CNT_HITS_MALLOC], report_format_bytes((double)c[CH_CNT_BYTES_MALLOC], b1, sizeof(b1)),
-			c[CH_CNT_HITS_FREE], c[CH_CNT_MALLOC_RUNTIME], c[CH_CNT_MALLOC_OUTSIDE], c[CH_CNT_MALLOC_FREED]);
+			c[CH_CNT_HITS_FREE], c[CH_CNT_MALLOC_RUNTIME], c[CH_CNT_MMAP_LIBC], c[CH_CNT_MALLOC_OUTSIDE],
+			c[CH_CNT_MALLOC_FREED]);
 	resident_line(out, p, m);
 	if (g_hash_table_size(p->domain_samples) > 1 || p->by_domain ||
 	    g_hash_table_lookup(p->domain_samples, GUINT_TO_POINTER(1)) ||
@@ -1138,6 +1152,7 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 		json_member_int(jb, "malloc_calls", (int64_t)c[CH_CNT_HITS_MALLOC]);
 		json_member_int(jb, "free_calls", (int64_t)c[CH_CNT_HITS_FREE]);
 		json_member_int(jb, "malloc_runtime_calls", (int64_t)c[CH_CNT_MALLOC_RUNTIME]);
+		json_member_int(jb, "mmap_libc_calls", (int64_t)c[CH_CNT_MMAP_LIBC]);
 		json_member_int(jb, "malloc_outside_samples", (int64_t)c[CH_CNT_MALLOC_OUTSIDE]);
 	}
 	json_builder_end_object(jb);
@@ -1159,12 +1174,15 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 			if (r.live_known) {
 				json_builder_set_member_name(jb, "live_bytes_estimate");
 				json_builder_begin_object(jb);
-				json_member_int(jb, "bigarray", (int64_t)r.live[CH_KIND_BIGARRAY]);
+				json_member_int(jb, "bigarray", llround(r.live[CH_KIND_BIGARRAY]));
 				if (r.malloc_on)
-					json_member_int(jb, "malloc", (int64_t)r.live[CH_KIND_MALLOC]);
-				json_member_int(jb, "custom_declared", (int64_t)r.live[CH_KIND_CUSTOM]);
+					json_member_int(jb, "malloc", llround(r.live[CH_KIND_MALLOC]));
+				json_member_int(jb, "custom_declared", llround(r.live[CH_KIND_CUSTOM]));
 				json_builder_end_object(jb);
-				json_member_int(jb, "unexplained_bytes", (int64_t)r.unexplained);
+				json_member_int(jb, "unexplained_bytes",
+						llround(r.rss) - (r.heap >= 0 ? llround(r.heap) : 0) -
+							llround(r.live[CH_KIND_BIGARRAY]) - llround(r.live[CH_KIND_MALLOC]) -
+							(r.malloc_on ? 0 : llround(r.live[CH_KIND_CUSTOM])));
 			}
 			json_builder_end_object(jb);
 		}
@@ -1186,6 +1204,7 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 		json_member_int(jb, "promoted", (int64_t)p->promoted_blocks);
 		json_member_int(jb, "dead_minor", (int64_t)p->dead_minor_blocks);
 		json_member_int(jb, "dead_major", (int64_t)p->dead_major_blocks);
+		json_member_int(jb, "freed", (int64_t)p->freed_blocks);
 		json_member_int(jb, "relocated", (int64_t)p->relocated_blocks);
 		json_member_int(jb, "not_followed", (int64_t)(p->unfollowed_blocks + p->unknown_fate_blocks));
 		json_member_int(jb, "orphan_fates", (int64_t)p->orphan_fates);
@@ -1296,6 +1315,16 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 			json_member_int(jb, "line", fr[0].line);
 		}
 		json_builder_end_object(jb);
+		if (s->kind == CH_KIND_MALLOC && s->stack && s->stack->nframes > 1 &&
+		    modules_lookup(mods, s->stack->frames[1], 0, fr, MAX_INLINE) > 0) {
+			/* the OCaml code that called into C */
+			json_builder_set_member_name(jb, "caller");
+			json_builder_begin_object(jb);
+			json_member_str(jb, "function", fr[0].function);
+			json_member_str(jb, "file", fr[0].file);
+			json_member_int(jb, "line", fr[0].line);
+			json_builder_end_object(jb);
+		}
 		json_member_int(jb, "samples", (int64_t)s->samples);
 		json_member_int(jb, "sampled_blocks", (int64_t)s->events);
 		json_builder_set_member_name(jb, "bytes");

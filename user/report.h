@@ -75,7 +75,9 @@ struct report_meta {
 	uint64_t rss_kib;              /* VmRSS */
 	uint64_t hwm_kib;              /* VmHWM: its peak */
 	uint64_t heap_words;           /* the OCaml heap then (runtime counters: major heap + minor heaps), words */
-	const char *rss_when;          /* "at the end", "just before it exited" ... */
+	const char *rss_when;          /* "read at the end", "last read 0.3 s before the end" */
+	bool rss_live_set;             /* the live samples below were taken with the reading (else: at the end) */
+	uint64_t rss_live_bigarray, rss_live_malloc, rss_live_custom; /* live samples then, by kind */
 };
 
 /* Write the text report: the first line names the executor and says which

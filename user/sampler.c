@@ -321,11 +321,17 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		seed = (uint64_t)pid;
 	sampler_fill_geom_pool(&first, 1, s->rate, seed);
 	proc.next_sample_words = (__s64)first - 1;
-	if (s->malloc_on)
+	if (s->malloc_on) {
 		for (unsigned i = 0; i < s->mp.n_rt_mem; i++) {
 			proc.rt_mem_lo[i] = s->mp.rt_mem_lo[i];
 			proc.rt_mem_hi[i] = s->mp.rt_mem_hi[i];
 		}
+		if (s->mp.mmap_vaddr) {
+			proc.libc_mmap_vaddr = s->mp.mmap_vaddr;
+			proc.libc_text_lo = s->mp.libc_text_lo;
+			proc.libc_text_hi = s->mp.libc_text_hi;
+		}
+	}
 	if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.procs), &key, &proc, BPF_ANY) < 0) {
 		snprintf(err, errlen, "cannot register PID %d with the sampler: %s", pid, strerror(errno));
 		return -errno;
