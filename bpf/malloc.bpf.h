@@ -33,8 +33,8 @@
  * after a leaf pseudo frame naming the libc function.  It belongs to the
  * calling thread only if that thread runs the OCaml runtime now: the
  * runtime's stack boundary (4.x bottom_of_stack, 5.x the domain's c_stack
- * link) must lie on this thread's own stack, between its stack pointer and
- * the top of its stack (malloc_in_ocaml).  Else (a C thread, a thread in a
+ * link) must lie on the stack this thread runs on, above its stack pointer
+ * in the same mapping (malloc_in_ocaml).  Else (a C thread, a thread in a
  * blocking section) the sample has no OCaml frame and says so
  * (CH_MALLOC_OUTSIDE).
  */
@@ -191,6 +191,19 @@ static __always_inline __u64 stack_top(void)
 	return BPF_CORE_READ(task, thread.fsbase);
 }
 
+struct vma_range {
+	__u64 start, end;
+};
+
+static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	struct vma_range *r = data;
+
+	r->start = BPF_CORE_READ(vma, vm_start);
+	r->end = BPF_CORE_READ(vma, vm_end);
+	return 0;
+}
+
 /* Does the calling thread run the OCaml runtime now (its OCaml stack is
  * the one Caml_state points to)?  `sp`: its stack pointer.  Returns
  * MALLOC_WALK if so, MALLOC_OUTSIDE if not, MALLOC_NO_OCAML when the main
@@ -205,9 +218,15 @@ static __always_inline int malloc_in_ocaml(struct ch_proc *p, __u64 sp)
 	__u64 caml_state = 0, edge = 0;
 
 	if (p->ocaml5) {
+		__u64 id = bpf_get_current_pid_tgid();
+
 		caml_state = ocaml5_dom(p);
-		if (!caml_state ||
-		    bpf_probe_read_user(&edge, sizeof(edge), (void *)(caml_state + CH_OCAML5_C_STACK)))
+		/* no domain: a thread outside any, or one in a blocking section
+		 * (5.3 caml_release_domain_lock clears its caml_state); on the
+		 * main thread also the runtime's start-up and exit */
+		if (!caml_state)
+			return (__u32)id == (__u32)(id >> 32) ? MALLOC_NO_OCAML : MALLOC_OUTSIDE;
+		if (bpf_probe_read_user(&edge, sizeof(edge), (void *)(caml_state + CH_OCAML5_C_STACK)))
 			return MALLOC_OUTSIDE;
 	} else if (bpf_probe_read_user(&caml_state, sizeof(caml_state), (void *)(p->caml_state_sym + p->load_bias)) ||
 		   !caml_state ||
@@ -221,6 +240,16 @@ static __always_inline int malloc_in_ocaml(struct ch_proc *p, __u64 sp)
 		__u64 id = bpf_get_current_pid_tgid();
 
 		return (__u32)id == (__u32)(id >> 32) ? MALLOC_NO_OCAML : MALLOC_OUTSIDE;
+	}
+	/* the boundary must be on the stack the thread runs on now: the
+	 * mapping that holds its stack pointer (thread stacks are separate
+	 * mappings, split by their guard pages; a coroutine's or a signal
+	 * stack is its own too); without it, up to the top of its stack */
+	{
+		struct vma_range r = {};
+
+		if (bpf_find_vma(bpf_get_current_task_btf(), sp, vma_cb, &r, 0) == 0 && r.end)
+			return edge > sp && edge < r.end ? MALLOC_WALK : MALLOC_OUTSIDE;
 	}
 	return edge > sp && edge < stack_top() ? MALLOC_WALK : MALLOC_OUTSIDE;
 }

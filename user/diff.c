@@ -262,7 +262,12 @@ static char *site_key(JsonObject *site, JsonArray *stacks, JsonArray *frame_tabl
 		line = json_object_get_int_member_with_default(caller, "line", 0);
 	}
 	g_string_append_printf(k, "|%s|%s|%s|%" G_GINT64_FORMAT, libc_fn ? libc_fn : "", fn, file ? file : "", line);
-	if (libc_fn)
+	if (!libc_fn && file && !strcmp(file, "libc") && json_object_has_member(site, "outside_ocaml") &&
+	    json_object_get_boolean_member(site, "outside_ocaml")) {
+		g_string_append(k, "|outside");
+		*label = g_strdup_printf("%-9s %s (no OCaml stack: a thread not running OCaml)",
+					 json_object_get_string_member_with_default(site, "kind", "?"), fn);
+	} else if (libc_fn)
 		*label = g_strdup_printf("%-9s %s <- %s (%s:%" G_GINT64_FORMAT ")",
 					 json_object_get_string_member_with_default(site, "kind", "?"), libc_fn, fn,
 					 file ? file : "?", line);

@@ -88,12 +88,31 @@ static void env_value(pid_t pid, const char *name, char *out, size_t len)
 	}
 }
 
-/* The first directory of the ':'-separated `dirs` (with $ORIGIN as
- * `origin`) holding a readable libc.so.6 under `root`, as a path inside
- * root into out.  Returns 0 or -ENOENT. */
-static int search_path(const char *root, const char *dirs, const char *origin, char *out, size_t len)
+/* libc.so.6 in `dir` (a path inside `root`), its glibc-hwcaps
+ * subdirectories first (ld.so(8), glibc 2.33+), into out.  Returns 0 or
+ * -ENOENT. */
+static int libc_in_dir(const char *root, const char *dir, char *out, size_t len)
 {
-	char copy[PATH_MAX], *save = NULL, full[2 * PATH_MAX + 64];
+	static const char *const hw[] = { "glibc-hwcaps/x86-64-v4/", "glibc-hwcaps/x86-64-v3/",
+					   "glibc-hwcaps/x86-64-v2/", "" };
+	char full[2 * PATH_MAX + 64];
+
+	for (size_t i = 0; i < sizeof(hw) / sizeof(hw[0]); i++) {
+		snprintf(out, len, "%s/%slibc.so.6", dir, hw[i]);
+		snprintf(full, sizeof(full), "%s%s", root, out);
+		if (access(full, R_OK) == 0)
+			return 0;
+	}
+	return -ENOENT;
+}
+
+/* The first directory of the ':'-separated `dirs` (with $ORIGIN as
+ * `origin`; a relative one from `cwd`) holding a readable libc.so.6 under
+ * `root`, as a path inside root into out.  Returns 0 or -ENOENT. */
+static int search_path(const char *root, const char *dirs, const char *origin, const char *cwd, char *out,
+		       size_t len)
+{
+	char copy[PATH_MAX], *save = NULL;
 
 	snprintf(copy, sizeof(copy), "%s", dirs);
 	for (char *d = strtok_r(copy, ":;", &save); d; d = strtok_r(NULL, ":;", &save)) {
@@ -103,13 +122,13 @@ static int search_path(const char *root, const char *dirs, const char *origin, c
 			snprintf(dir, sizeof(dir), "%s%s", origin, d + 7);
 		else if (!strncmp(d, "${ORIGIN}", 9))
 			snprintf(dir, sizeof(dir), "%s%s", origin, d + 9);
-		else
+		else if (d[0] == '/')
 			snprintf(dir, sizeof(dir), "%s", d);
-		if (dir[0] != '/')
+		else if (cwd[0])
+			snprintf(dir, sizeof(dir), "%s/%s", cwd, d);
+		else
 			continue;
-		snprintf(out, len, "%s/libc.so.6", dir);
-		snprintf(full, sizeof(full), "%s%s", root, out);
-		if (access(full, R_OK) == 0)
+		if (libc_in_dir(root, dir, out, len) == 0)
 			return 0;
 	}
 	return -ENOENT;
@@ -121,7 +140,7 @@ static int search_path(const char *root, const char *dirs, const char *origin, c
 static int libc_beside_interp(pid_t pid, const struct elf_image *exe, char *out, size_t len)
 {
 	char root[64], interp[PATH_MAX], full[PATH_MAX + 64], real[PATH_MAX];
-	char rpath[PATH_MAX] = "", runpath[PATH_MAX] = "", llp[PATH_MAX] = "", origin[PATH_MAX];
+	char rpath[PATH_MAX] = "", runpath[PATH_MAX] = "", llp[PATH_MAX] = "", origin[PATH_MAX], cwd[PATH_MAX];
 	int fd, ret = -ENOENT;
 	Elf *e;
 	size_t n = 0;
@@ -188,11 +207,19 @@ static int libc_beside_interp(pid_t pid, const struct elf_image *exe, char *out,
 			*sl = '\0';
 	}
 	env_value(pid, "LD_LIBRARY_PATH", llp, sizeof(llp));
-	if (!runpath[0] && search_path(root, rpath, origin, out, len) == 0)
+	{
+		char cwdlink[64];
+		ssize_t cn;
+
+		snprintf(cwdlink, sizeof(cwdlink), "/proc/%d/cwd", pid);
+		cn = readlink(cwdlink, cwd, sizeof(cwd) - 1);
+		cwd[cn > 0 ? cn : 0] = '\0';
+	}
+	if (!runpath[0] && search_path(root, rpath, origin, cwd, out, len) == 0)
 		return 0;
-	if (search_path(root, llp, origin, out, len) == 0)
+	if (search_path(root, llp, origin, cwd, out, len) == 0)
 		return 0;
-	if (search_path(root, runpath, origin, out, len) == 0)
+	if (search_path(root, runpath, origin, cwd, out, len) == 0)
 		return 0;
 	/* resolve inside the target's root */
 	snprintf(full, sizeof(full), "%s%s", root, interp);
@@ -340,6 +367,49 @@ static void add_range(struct malloc_probes *mp, const struct elf_image *exe, con
 	mp->n_rt_mem++;
 }
 
+/* A stripped executable has no symbol for the runtime's static
+ * realloc_generic_table (runtime/minor_gc.c), which first allocates the
+ * minor heap's remembered sets: find it as the target of the jump or call
+ * in caml_realloc_ref_table (in .dynsym: OCaml executables export their
+ * globals), a function no symbol covers; it ends at the next symbol. */
+static void add_unnamed_table_range(struct malloc_probes *mp, const struct elf_image *exe)
+{
+	const struct elf_symbol *f = elf_image_symbol(exe, "caml_realloc_ref_table");
+	const uint8_t *code;
+	uint64_t n = elf_image_symbol_count(exe);
+
+	if (!f || !f->size || mp->n_rt_mem >= CH_RT_MEM_RANGES || !(code = elf_image_data(exe, f->vaddr, f->size)))
+		return;
+	for (uint64_t i = 0; i + 5 <= f->size; i++) {
+		int32_t rel;
+		uint64_t target, end = UINT64_MAX;
+		const struct elf_symbol *at;
+
+		if (code[i] != 0xe9 && code[i] != 0xe8)
+			continue;
+		memcpy(&rel, code + i + 1, 4);
+		target = f->vaddr + i + 5 + (int64_t)rel;
+		if (!elf_image_is_code(exe, target) || (target >= f->vaddr && target < f->vaddr + f->size))
+			continue;
+		at = elf_image_function_at(exe, target);
+		if (at && (at->vaddr == target || target < at->vaddr + at->size))
+			continue; /* a named function (or a false match inside one) */
+		for (uint64_t k = 0; k < n; k++) {
+			const struct elf_symbol *sy = elf_image_symbol_nth(exe, k);
+
+			if (sy && sy->vaddr > target && sy->vaddr < end)
+				end = sy->vaddr;
+		}
+		if (end == UINT64_MAX || end - target > 4096)
+			continue;
+		mp->rt_mem_lo[mp->n_rt_mem] = target;
+		mp->rt_mem_hi[mp->n_rt_mem] = end;
+		mp->rt_mem_names[mp->n_rt_mem] = "realloc_generic_table (unnamed)";
+		mp->n_rt_mem++;
+		return;
+	}
+}
+
 int malloc_probes_plan(pid_t pid, const struct elf_image *exe, const struct ocaml_runtime *rt,
 		       struct malloc_probes *mp, char *err, size_t errlen)
 {
@@ -385,8 +455,14 @@ int malloc_probes_plan(pid_t pid, const struct elf_image *exe, const struct ocam
 	 * remembered sets; runtime/minor_gc.c) */
 	add_range(mp, exe, "caml_alloc_table");
 	add_range(mp, exe, "caml_alloc_minor_tables");
-	add_range(mp, exe, "realloc_generic_table");
-	add_range(mp, exe, "realloc_generic_table.constprop.0");
+	{
+		unsigned before = mp->n_rt_mem;
+
+		add_range(mp, exe, "realloc_generic_table");
+		add_range(mp, exe, "realloc_generic_table.constprop.0");
+		if (mp->n_rt_mem == before)
+			add_unnamed_table_range(mp, exe);
+	}
 	if (rt->major == 4) {
 		add_range(mp, exe, "caml_alloc_for_heap");
 		add_range(mp, exe, "caml_stat_alloc_aligned_noexc");

@@ -343,12 +343,18 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		labels[0] = kind;
 		smp->label = labels;
 		smp->n_label = 1;
-		if ((s->kind == CH_KIND_CUSTOM && profile_custom_name(p, s->subtype)) || s->kind == CH_KIND_BIGARRAY) {
-			/* string labels: pprof -tagfocus custom_type=_mpz, bigarray_data=owned */
+		if ((s->kind == CH_KIND_CUSTOM && profile_custom_name(p, s->subtype)) || s->kind == CH_KIND_BIGARRAY ||
+		    s->kind == CH_KIND_MALLOC) {
+			/* string labels: pprof -tagfocus custom_type=_mpz, bigarray_data=owned,
+			 * ocaml_stack=none (--malloc from a thread not running OCaml) */
 			perftools__profiles__label__init(sub);
-			sub->key = str_ix(&b, s->kind == CH_KIND_CUSTOM ? "custom_type" : "bigarray_data");
-			sub->str = str_ix(&b, s->kind == CH_KIND_CUSTOM ? profile_custom_name(p, s->subtype)
-								       : report_bigarray_owner(s->subtype));
+			sub->key = str_ix(&b, s->kind == CH_KIND_CUSTOM	  ? "custom_type"
+					      : s->kind == CH_KIND_BIGARRAY ? "bigarray_data"
+									    : "ocaml_stack");
+			sub->str = str_ix(&b, s->kind == CH_KIND_CUSTOM	  ? profile_custom_name(p, s->subtype)
+					      : s->kind == CH_KIND_BIGARRAY ? report_bigarray_owner(s->subtype)
+					      : (s->subtype & CH_MALLOC_OUTSIDE) ? "none"
+										  : "yes");
 			labels[smp->n_label++] = sub;
 		}
 		if (p->by_domain) { /* a numeric label: pprof -tagfocus domain=2 */

@@ -824,6 +824,8 @@ int record_run(const struct record_opts *o)
 			meta.rss_live_bigarray = intake.res_live[CH_KIND_BIGARRAY];
 			meta.rss_live_malloc = intake.res_live[CH_KIND_MALLOC];
 			meta.rss_live_custom = intake.res_live[CH_KIND_CUSTOM];
+			if (intake.libc_warning[0])
+				meta.warning = intake.libc_warning;
 			if (now_ok)
 				snprintf(when, sizeof(when), "read at the end");
 			else

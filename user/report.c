@@ -49,8 +49,8 @@ static void site_type_line(FILE *out, const struct profile *p, const struct prof
 		if (n)
 			fprintf(out, "    custom type \"%s\" (out-of-heap memory its blocks declare)\n", n);
 	} else if (s->kind == CH_KIND_MALLOC && (s->subtype & CH_MALLOC_OUTSIDE)) {
-		fprintf(out, "    no OCaml stack: called from a thread not running OCaml (a C thread, or a thread "
-			     "inside a blocking section while another one ran OCaml)\n");
+		fprintf(out, "    no OCaml stack: called from a thread not running OCaml at that moment (a C thread, or a "
+			     "thread inside a blocking section)\n");
 	} else if (s->kind == CH_KIND_BIGARRAY) {
 		fprintf(out, "    bigarray data: %s\n",
 			s->subtype == CH_BA_OWNED ? "owned (malloc'ed for it by caml_ba_alloc, freed by its finaliser)"
@@ -89,6 +89,24 @@ const char *report_format_bytes(double b, char *buf, size_t len)
 static double est_bytes(const struct profile *p, uint64_t samples)
 {
 	return profile_estimate_words(p, samples) * 8.0;
+}
+
+/* The header's --malloc line: calls seen, left out, outside OCaml. */
+static void malloc_line(FILE *out, const struct report_meta *m)
+{
+	const uint64_t *c = m->counters;
+	char b1[32];
+
+	if (m->malloc_libc && !m->foreign)
+		fprintf(out,
+			"malloc      --malloc on %s: %" PRIu64 " allocating calls (%s, exact) and %" PRIu64
+			" frees seen; left out: %" PRIu64 " calls of the runtime's own (heap, pools, large blocks, bigarray "
+			"data: counted above; the GC's tables) and %" PRIu64 " mmap calls of libc's own (malloc arenas, "
+			"thread stacks); %" PRIu64 " samples from threads not running OCaml (no OCaml stack); %" PRIu64
+			" sampled blocks seen freed\n",
+			m->malloc_libc, c[CH_CNT_HITS_MALLOC], report_format_bytes((double)c[CH_CNT_BYTES_MALLOC], b1, sizeof(b1)),
+			c[CH_CNT_HITS_FREE], c[CH_CNT_MALLOC_RUNTIME], c[CH_CNT_MMAP_LIBC], c[CH_CNT_MALLOC_OUTSIDE],
+			c[CH_CNT_MALLOC_FREED]);
 }
 
 /* Where the target's resident set went (report_meta.rss_kib from
@@ -656,16 +674,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			" words in %" PRIu64 " arrays\n",
 			c[CH_CNT_WORDS_MAJOR], c[CH_CNT_HITS_MAJOR], c[CH_CNT_WORDS_CUSTOM], c[CH_CNT_WORDS_UNMARSHAL],
 			c[CH_CNT_WORDS_BIGARRAY], c[CH_CNT_HITS_BIGARRAY]);
-	if (m->malloc_libc && !m->foreign)
-		fprintf(out,
-			"malloc      --malloc on %s: %" PRIu64 " allocating calls (%s, exact) and %" PRIu64
-			" frees seen; left out: %" PRIu64 " calls of the runtime's own (heap, pools, large blocks, bigarray "
-			"data: counted above; the GC's tables) and %" PRIu64 " mmap calls of libc's own (malloc arenas, "
-			"thread stacks); %" PRIu64 " samples from threads not running OCaml (no OCaml stack); %" PRIu64
-			" sampled blocks seen freed\n",
-			m->malloc_libc, c[CH_CNT_HITS_MALLOC], report_format_bytes((double)c[CH_CNT_BYTES_MALLOC], b1, sizeof(b1)),
-			c[CH_CNT_HITS_FREE], c[CH_CNT_MALLOC_RUNTIME], c[CH_CNT_MMAP_LIBC], c[CH_CNT_MALLOC_OUTSIDE],
-			c[CH_CNT_MALLOC_FREED]);
+	malloc_line(out, m);
 	resident_line(out, p, m);
 	if (g_hash_table_size(p->domain_samples) > 1 || p->by_domain ||
 	    g_hash_table_lookup(p->domain_samples, GUINT_TO_POINTER(1)) ||
@@ -835,6 +844,7 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 			"census; use a lower --rate\n",
 			m->counters[CH_CNT_DROPPED_SAMPLES]);
 	census_header(out, p, m);
+	malloc_line(out, m);
 	resident_line(out, p, m);
 	fprintf(out, "\nLive sites by estimated live bytes (of %zu site%s; top %d):\n", ngroups, plural(ngroups),
 		m->top);
@@ -867,6 +877,7 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 			fprintf(out, "; %" PRIu64 " sample%s relocated by compaction (alive then, location unknown)",
 				g->relocated, plural(g->relocated));
 		fprintf(out, "\n");
+		site_type_line(out, p, g->site);
 		lines = site_lines(g->site, mods);
 		print_lines(out, lines);
 		g_ptr_array_unref(lines);
@@ -911,12 +922,24 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 			const struct site_group *g = &by_score[i];
 			struct sym_frame fr[MAX_INLINE];
 			const char *leaf = "?";
+			char named[300];
 			int n = 0;
+			/* a malloc site by the OCaml code that called into C */
+			unsigned at = g->kind == CH_KIND_MALLOC && g->site->stack && g->site->stack->nframes > 1 ? 1 : 0;
 
 			if (g->site->stack && g->site->stack->nframes)
-				n = modules_lookup(mods, g->site->stack->frames[0], g->site->alloc_idx, fr, MAX_INLINE);
+				n = modules_lookup(mods, g->site->stack->frames[at], at ? 0 : g->site->alloc_idx, fr,
+						   MAX_INLINE);
 			if (n > 0)
 				leaf = fr[0].function;
+			if (at && n > 0) {
+				struct sym_frame lf[1];
+
+				if (modules_lookup(mods, g->site->stack->frames[0], 0, lf, 1) > 0) {
+					snprintf(named, sizeof(named), "%s <- %s", lf[0].function, fr[0].function);
+					leaf = named;
+				}
+			}
 			fprintf(out, "  %zu. %s/cycle  %s  %s (%s:%d)  retained in %u/%u cycles%s\n", i + 1,
 				report_format_bytes(g->score, b1, sizeof(b1)), kind_names[g->kind], leaf,
 				n > 0 && fr[0].file ? fr[0].file : "?", n > 0 ? fr[0].line : 0, g->retaining,
