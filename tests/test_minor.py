@@ -159,8 +159,21 @@ def test_minor_kill9_never_harms_target():
             r.proc.kill()
         r.proc.wait()
         rc, out, err = w.finish()
-        assert (rc, out.encode(), err.encode()) == ref, "run %d: target changed: rc %d" % (i, rc)
+        assert (rc, out.encode(), err.encode()) == ref, "run %d: target changed: rc %d (expected %d)%s" % (
+            i, rc, ref[0], _changed(ref, out, err))
     assert held > 0, "no run caught a target thread in its ptrace stop"
+
+
+def _changed(ref, out, err):
+    """What differs from the reference run's stdout and stderr (bytes)."""
+    import difflib
+    d = []
+    for name, a, b in (("stdout", ref[1].decode(errors="replace"), out), ("stderr", ref[2].decode(errors="replace"),
+                                                                          err)):
+        if a != b:
+            d.append("%s: %s" % (name, " | ".join(list(difflib.unified_diff(a.splitlines(), b.splitlines(),
+                                                                             lineterm="", n=0))[2:12])))
+    return "; " + "; ".join(d) if d else ""
 
 
 def _threads(pid):
