@@ -318,3 +318,36 @@ class Recorder:
 
     def stop(self, sig=signal.SIGINT):
         self.proc.send_signal(sig)
+
+
+def kill9_runs(name, args, ref, rate, runs, extra=(), attach_every=3, max_delay=0.3, sigstop_odd=False):
+    """Run fixture `name` --wait ARGS `runs` times under `camlheap record -p`
+    and kill camlheap with -9: every `attach_every`-th run while it attaches,
+    the others at a uniform random moment up to `max_delay` s into the run
+    (with `sigstop_odd`, odd runs first SIGSTOP camlheap for 50 ms, so that
+    target threads wait on a frozen camlheap).  Asserts that each run's
+    (status, stdout, stderr) equals `ref` (Waiting.finish of a plain run).
+    Returns how many runs still had the target running at the kill."""
+    import random
+    rnd = random.Random(int.from_bytes(os.urandom(8), "little"))
+    running_at_kill = 0
+    for i in range(runs):
+        w = Waiting(name, args)
+        r = Recorder(w.pid, rate, extra=extra)
+        if i % attach_every == 0:
+            time.sleep(rnd.uniform(0, 0.15))  # while it attaches
+            r.proc.kill()
+            w.release()
+        else:
+            r.wait_attached()
+            w.release()
+            time.sleep(rnd.uniform(0, max_delay))
+            if sigstop_odd and i % 2:
+                r.proc.send_signal(signal.SIGSTOP)
+                time.sleep(0.05)
+            running_at_kill += w.proc.poll() is None
+            r.proc.kill()
+        r.proc.wait()
+        got = w.finish()
+        assert got == ref, "run %d: target changed: %r" % (i, got[:2])
+    return running_at_kill

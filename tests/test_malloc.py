@@ -10,11 +10,8 @@ holds.
 """
 import json
 import os
-import random
 import re
-import signal
 import subprocess
-import time
 
 import chtest
 from chtest import check_binomial, fixture, site_lines
@@ -227,24 +224,7 @@ def test_target_unharmed_with_malloc_probes_and_when_killed():
     rc, so, se = chtest.run_record(["--malloc", "--rate", repr(RATE), "-o", os.path.join(chtest.tmpdir(), "r.txt")],
                                    [fixture("cmalloc")] + args)
     assert (rc, so) == ref[:2], (rc, se)
-    rnd = random.Random(int.from_bytes(os.urandom(8), "little"))
-    running_at_kill = 0
-    for i in range(6):
-        w = chtest.Waiting("cmalloc", args)
-        r = chtest.Recorder(w.pid, RATE, extra=["--malloc"])
-        if i % 3 == 0:
-            time.sleep(rnd.uniform(0, 0.15))  # while it attaches
-            r.proc.kill()
-            w.release()
-        else:
-            r.wait_attached()
-            w.release()
-            time.sleep(rnd.uniform(0, 0.2))
-            running_at_kill += w.proc.poll() is None
-            r.proc.send_signal(signal.SIGKILL)
-        r.proc.wait()
-        got = w.finish()
-        assert got == ref, "run %d: target changed: %r" % (i, got[:2])
+    running_at_kill = chtest.kill9_runs("cmalloc", args, ref, RATE, 6, extra=["--malloc"], max_delay=0.2)
     assert running_at_kill > 0, "the target always ended before camlheap was killed: a longer run is needed"
 
 

@@ -128,9 +128,6 @@ def test_target_unharmed_with_camlheap_and_when_it_is_killed():
     program's output and exit status are the same without camlheap, under a
     whole recording, and when camlheap is killed with -9 at random moments
     (while attaching, or with calls in flight)."""
-    import random
-    import signal
-    import time
     args = ["n=400", "drop=300"]
     ref_w = chtest.Waiting("outheap", args)
     ref_w.release()
@@ -139,24 +136,7 @@ def test_target_unharmed_with_camlheap_and_when_it_is_killed():
     rc, so, se = chtest.run_record(["--rate", repr(RATE), "-o", os.path.join(chtest.tmpdir(), "r.txt")],
                                    [fixture("outheap")] + args)
     assert (rc, so) == ref[:2], (rc, se)
-    rnd = random.Random(int.from_bytes(os.urandom(8), "little"))
-    running_at_kill = 0
-    for i in range(6):
-        w = chtest.Waiting("outheap", args)
-        r = chtest.Recorder(w.pid, RATE)
-        if i % 3 == 0:
-            time.sleep(rnd.uniform(0, 0.15))  # while it attaches
-            r.proc.kill()
-            w.release()
-        else:
-            r.wait_attached()
-            w.release()
-            time.sleep(rnd.uniform(0, 0.3))
-            running_at_kill += w.proc.poll() is None
-            r.proc.send_signal(signal.SIGKILL)
-        r.proc.wait()
-        got = w.finish()
-        assert got == ref, "run %d: target changed: %r" % (i, got[:2])
+    running_at_kill = chtest.kill9_runs("outheap", args, ref, RATE, 6)
     assert running_at_kill > 0, "the target always ended before camlheap was killed: a longer run is needed"
 
 

@@ -443,9 +443,6 @@ def test_v5_3_0__kill9_never_harms_a_multi_domain_target():
     """camlheap killed with -9 at random moments while attached to four
     domains (one spinning): the target's output and status never change.
     The OCaml 5 probes only read, so nothing is left behind to undo."""
-    import random
-    import signal
-    import time
     saved = _with_fixtures("5.3.0")
     try:
         args = ["n=30000"]
@@ -453,25 +450,7 @@ def test_v5_3_0__kill9_never_harms_a_multi_domain_target():
         ref_w.release()
         ref = ref_w.finish()
         assert ref[0] == 0 and "spins 1" in ref[1], ref
-        rnd = random.Random(int.from_bytes(os.urandom(8), "little"))
-        for i in range(8):
-            w = chtest.Waiting("domains", args)
-            r = chtest.Recorder(w.pid, 1e-3, extra=["--by-domain"])
-            if i % 4 == 0:
-                time.sleep(rnd.uniform(0, 0.15))  # while it attaches
-                r.proc.kill()
-                w.release()
-            else:
-                r.wait_attached()
-                w.release()
-                time.sleep(rnd.uniform(0, 0.3))
-                if i % 2:
-                    r.proc.send_signal(signal.SIGSTOP)
-                    time.sleep(0.05)
-                r.proc.kill()
-            r.proc.wait()
-            got = w.finish()
-            assert got == ref, "run %d: target changed: %r" % (i, got[:2])
+        chtest.kill9_runs("domains", args, ref, 1e-3, 8, extra=["--by-domain"], attach_every=4, sigstop_odd=True)
     finally:
         chtest.FIXTURES = saved
 
