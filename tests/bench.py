@@ -230,29 +230,34 @@ def bench_recording(d=None):
         statistics.median(size), statistics.median(render)))
 
 
-def bench_malloc(d=None):
+def ocamlopt_workdir():
+    """A directory with a generated module big.ml (ITEMS functions) and a
+    function that removes what compiling it leaves, for a clean rerun."""
+    d = tempfile.mkdtemp(prefix="camlheap-bench-ocamlopt-")
+    with open(os.path.join(d, "big.ml"), "w") as f:
+        subprocess.run([sys.executable, os.path.join(HERE, "gen_module.py"), os.environ.get("ITEMS", "1000")],
+                       stdout=f, check=True)
+
+    def clean():
+        for ext in (".cmi", ".cmx", ".o"):
+            try:
+                os.unlink(os.path.join(d, "big" + ext))
+            except FileNotFoundError:
+                pass
+    return d, clean
+
+
+def bench_malloc():
     """--malloc: uprobes on libc's malloc (entry and return) and free, hit
     by every call of the target.  Side by side, interleaved: the program
     alone, camlheap without --malloc, camlheap with it (both with the
     observe executor, so that only the libc probes differ); the cost per
     malloc/free pair is the extra target time over the calls seen."""
     churn = 2000000
-    if d is None:
-        d = tempfile.mkdtemp(prefix="camlheap-bench-ocamlopt-")
-        with open(os.path.join(d, "big.ml"), "w") as f:
-            subprocess.run([sys.executable, os.path.join(HERE, "gen_module.py"), os.environ.get("ITEMS", "1000")],
-                           stdout=f, check=True)
+    d, clean = ocamlopt_workdir()
     cases = [("cmalloc churn=%d (malloc(64)+free pairs from one C stub)" % churn,
-              [chtest.fixture("cmalloc"), "churn=%d" % churn], None, None)]
-    if True:
-        def clean():
-            for ext in (".cmi", ".cmx", ".o"):
-                try:
-                    os.unlink(os.path.join(d, "big" + ext))
-                except FileNotFoundError:
-                    pass
-        cases.append(("ocamlopt.opt -g -c big.ml (Debian 4.13.1)", ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"],
-                      d, clean))
+              [chtest.fixture("cmalloc"), "churn=%d" % churn], None, None),
+             ("ocamlopt.opt -g -c big.ml (Debian 4.13.1)", ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], d, clean)]
     tmp = tempfile.mkdtemp(prefix="camlheap-bench-malloc-")
     rep = os.path.join(tmp, "r.txt")
     for name, cmd, cwd, before in cases:
@@ -326,22 +331,12 @@ def main():
           [chtest.fixture("alloc_minor"), "ratio", "c", "n=4000000"],
           memprof_arg=lambda r: ["memprof=" + r, "null"], kernel=kernel)
     bench("bench_major fixture (direct major allocations)", [chtest.fixture("bench_major")], kernel=kernel)
-    d = tempfile.mkdtemp(prefix="camlheap-bench-ocamlopt-")
-    with open(os.path.join(d, "big.ml"), "w") as f:
-        subprocess.run([sys.executable, os.path.join(HERE, "gen_module.py"), os.environ.get("ITEMS", "1000")],
-                       stdout=f, check=True)
-
-    def clean():
-        for ext in (".cmi", ".cmx", ".o"):
-            try:
-                os.unlink(os.path.join(d, "big" + ext))
-            except FileNotFoundError:
-                pass
+    d, clean = ocamlopt_workdir()
     bench("ocamlopt.opt -g -c big.ml (Debian 4.13.1, generated module; no in-process memprof possible)",
           ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d, before=clean, kernel=kernel)
     bench_census()
     bench_recording(d)
-    bench_malloc(d)
+    bench_malloc()
     bench_ocaml5()
 
 
