@@ -119,7 +119,9 @@ static __always_inline void malloc_enter(struct pt_regs *ctx, __u8 fn, __u64 byt
 	m = bpf_map_lookup_elem(&malloc_inflight, &tid);
 	if (m && m->sp > c.sp)
 		return; /* nested in a probed call: that one is the event */
-	if (fn == CH_MFN_MMAP && p->libc_text_hi && bpf_probe_read_user(&ret, sizeof(ret), (void *)c.sp) == 0) {
+	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)c.sp))
+		ret = 0; /* the return address: who called */
+	if (fn == CH_MFN_MMAP && p->libc_text_hi && ret) {
 		/* libc's load bias from this probe's address (page-aligned; the
 		 * ip may be past the breakpoint byte) */
 		__u64 base = (PT_REGS_IP(ctx) - p->libc_mmap_vaddr) & ~0xfffULL;
@@ -131,7 +133,7 @@ static __always_inline void malloc_enter(struct pt_regs *ctx, __u8 fn, __u64 byt
 			return;
 		}
 	}
-	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)c.sp) == 0 && in_rt_mem(p, ret)) {
+	if (ret && in_rt_mem(p, ret)) {
 		/* the runtime's own: glibc's malloc may mmap inside it, and
 		 * that mmap is the runtime's too */
 		count(CH_CNT_MALLOC_RUNTIME, 1);

@@ -152,7 +152,7 @@ static void resident_split(const struct profile *p, const struct report_meta *m,
 		}
 	}
 	for (int i = 0; i < CH_KIND__COUNT; i++)
-		r->live[i] = est_bytes(p, live[i]);
+		r->live[i] = round(est_bytes(p, live[i])); /* whole bytes: the JSON's parts add up exactly */
 	r->unexplained = r->rss - (r->heap > 0 ? r->heap : 0);
 	if (r->live_known)
 		r->unexplained -= r->live[CH_KIND_BIGARRAY] + r->live[CH_KIND_MALLOC] +
@@ -1197,15 +1197,12 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 			if (r.live_known) {
 				json_builder_set_member_name(jb, "live_bytes_estimate");
 				json_builder_begin_object(jb);
-				json_member_int(jb, "bigarray", llround(r.live[CH_KIND_BIGARRAY]));
+				json_member_int(jb, "bigarray", (int64_t)r.live[CH_KIND_BIGARRAY]);
 				if (r.malloc_on)
-					json_member_int(jb, "malloc", llround(r.live[CH_KIND_MALLOC]));
-				json_member_int(jb, "custom_declared", llround(r.live[CH_KIND_CUSTOM]));
+					json_member_int(jb, "malloc", (int64_t)r.live[CH_KIND_MALLOC]);
+				json_member_int(jb, "custom_declared", (int64_t)r.live[CH_KIND_CUSTOM]);
 				json_builder_end_object(jb);
-				json_member_int(jb, "unexplained_bytes",
-						llround(r.rss) - (r.heap >= 0 ? llround(r.heap) : 0) -
-							llround(r.live[CH_KIND_BIGARRAY]) - llround(r.live[CH_KIND_MALLOC]) -
-							(r.malloc_on ? 0 : llround(r.live[CH_KIND_CUSTOM])));
+				json_member_int(jb, "unexplained_bytes", (int64_t)r.unexplained);
 			}
 			json_builder_end_object(jb);
 		}

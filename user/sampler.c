@@ -6,7 +6,6 @@
 #include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
-#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
@@ -404,14 +403,8 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 
 		if (!mp->present || (ret && f >= CH_MFN__ALLOCS))
 			continue;
-		struct timespec t0, t1;
-		clock_gettime(CLOCK_MONOTONIC, &t0);
 		s->mlinks[k] = bpf_program__attach_uprobe_opts(ret ? s->skel->progs.on_malloc_ret : mprogs[f], pid,
 								s->mp.path, ret ? mp->ret_offset : mp->file_offset, &opts);
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		if (getenv("CAMLHEAP_DEBUG"))
-			fprintf(stderr, "attach %s%s: %.3f s\n", mp->symbol, ret ? " (return)" : "",
-				(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
 		if (!s->mlinks[k]) {
 			int e = errno;
 
