@@ -84,6 +84,51 @@ static __always_inline void count(__u32 which, __u64 n)
 		*c += n;
 }
 
+/* Overhead budget (`camlheap serve`): samples drawn at lambda are kept
+ * with probability 2^-rate_shift, each kept one standing for 2^rate_shift.
+ * Every word is still sampled with probability lambda, then kept
+ * independently of its past with probability 2^-k for the k in force at
+ * that moment, so the weighted count stays an unbiased estimate of
+ * samples at lambda whatever changes of k user space makes (thinning a
+ * Bernoulli process; the weight is the inverse of the keep probability,
+ * Horvitz & Thompson 1952).  A block keeps each sample alone (binomial
+ * thinning, so a block of w words is kept with probability
+ * 1-(1-lambda 2^-k)^w); a block of more than 64 samples (w > 64/lambda)
+ * keeps n/2^k rounded at random, whose mean is the same. */
+volatile __u32 rate_shift;
+
+struct thin_state {
+	__u32 n, mask, kept;
+};
+
+static long thin_step(__u32 i, void *data)
+{
+	struct thin_state *t = data;
+
+	if (i >= t->n)
+		return 1;
+	t->kept += !(bpf_get_prandom_u32() & t->mask);
+	return 0;
+}
+
+/* n samples drawn at lambda -> those kept under shift *k (read once, here). */
+static __always_inline __u32 thin_samples(__u32 n, __u32 *k)
+{
+	__u32 s = rate_shift;
+	struct thin_state t = { .n = n, .kept = 0 };
+
+	if (s > CH_MAX_RATE_SHIFT)
+		s = CH_MAX_RATE_SHIFT;
+	*k = s;
+	if (!s || !n)
+		return n;
+	t.mask = (1u << s) - 1;
+	if (n > 64)
+		return (n >> s) + ((bpf_get_prandom_u32() & t.mask) < (n & t.mask));
+	bpf_loop(64, thin_step, &t, 0);
+	return t.kept;
+}
+
 static __always_inline __u64 geom_draw(void)
 {
 	__u32 i = bpf_get_prandom_u32() & (CH_GEOM_POOL_SIZE - 1);
@@ -261,6 +306,7 @@ static __always_inline struct ch_sample_event *prepare_event_ext(struct ch_proc 
 	ev->domain = 0;
 	ev->ext_flags = 0;
 	ev->custom_ops = 0;
+	ev->rate_shift = 0;
 
 	if (!walk) {
 		struct ocaml_walk u = { .ev = ev, .hash = 0xcbf29ce484222325ULL, .term = CH_TERM_CLEAN };
@@ -352,11 +398,12 @@ static __always_inline void output_sample(struct ch_proc *p, struct ch_sample_ev
 }
 
 static __always_inline void emit_sample(struct ch_proc *p, __u8 kind, __u64 block, __u64 words, __u32 n, __u64 ops,
-					__u8 ext_flags)
+					__u8 ext_flags, __u32 shift)
 {
 	struct ch_sample_event *ev = prepare_event(p, kind, block, words, n);
 
 	if (ev) {
+		ev->rate_shift = shift;
 		ev->custom_ops = ops;
 		ev->ext_flags = ext_flags;
 		output_sample(p, ev);
@@ -393,7 +440,7 @@ static __always_inline void note_custom_name(__u64 ops)
 static __always_inline void on_words_ext(__u8 kind, __u64 block, __u64 words, __u64 ops, __u8 ext_flags)
 {
 	struct ch_proc *p = current_proc();
-	__u32 n;
+	__u32 n, shift;
 
 	if (!p) /* another process mapping the same binary, e.g. a fork child */
 		return;
@@ -416,10 +463,11 @@ static __always_inline void on_words_ext(__u8 kind, __u64 block, __u64 words, __
 	} else {
 		n = sample_words(&p->next_sample_words, words);
 	}
+	n = thin_samples(n, &shift);
 	if (n) {
 		if (kind == CH_KIND_CUSTOM)
 			note_custom_name(ops);
-		emit_sample(p, kind, block, words, n, ops, ext_flags);
+		emit_sample(p, kind, block, words, n, ops, ext_flags, shift);
 	}
 }
 
@@ -673,8 +721,8 @@ static long intern_step(__u32 i, void *unused)
 		w->next += geom_draw();
 		return 0;
 	}
-	if (w->n && (ev = bpf_map_lookup_elem(&scratch, &zero)) && (p = current_proc())) {
-		ev->nsamples = w->n;
+	if (w->n && (ev = bpf_map_lookup_elem(&scratch, &zero)) && (p = current_proc()) &&
+	    (ev->nsamples = thin_samples(w->n, &ev->rate_shift))) {
 		ev->size_words = w->whsize;
 		ev->block_addr = w->hp + 8; /* Val_hp */
 		output_sample(p, ev);

@@ -279,7 +279,7 @@ int BPF_KRETPROBE(on_malloc_ret, __u64 ret)
 	struct ch_proc *p;
 	__u64 ptr = ret, sp = PT_REGS_SP(ctx), words;
 	int inside;
-	__u32 n;
+	__u32 n, shift;
 
 	/* the return of the pending call itself pops its return address;
 	 * a nested call returns with a lower stack pointer */
@@ -304,7 +304,7 @@ int BPF_KRETPROBE(on_malloc_ret, __u64 ret)
 	count(CH_CNT_HITS_MALLOC, 1);
 	count(CH_CNT_BYTES_MALLOC, c.bytes);
 	words = c.bytes / 8;
-	n = malloc_sample_words(words);
+	n = thin_samples(malloc_sample_words(words), &shift);
 	if (!n)
 		return 0;
 	inside = malloc_in_ocaml(p, sp);
@@ -314,6 +314,7 @@ int BPF_KRETPROBE(on_malloc_ret, __u64 ret)
 	if (!ev)
 		return 0;
 	ev->ext_flags = c.fn | (inside == MALLOC_OUTSIDE ? CH_MALLOC_OUTSIDE : 0);
+	ev->rate_shift = shift;
 	ev->sample_id = p->census_on ? CH_MALLOC_ID_BIT | __sync_add_and_fetch(&malloc_ids, 1) : 0;
 	if (output_event(ev) == 0 && ev->sample_id) {
 		struct malloc_key k = { .ptr = ptr, .tgid = ev->tgid };

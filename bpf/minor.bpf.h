@@ -300,8 +300,8 @@ static long minor_attr_step(__u32 i, void *data)
 		a->trig_ofs -= (__s64)geom_draw();
 		return 0;
 	}
-	if (a->n && (ev = bpf_map_lookup_elem(&scratch, &zero)) && (p = current_proc())) {
-		ev->nsamples = a->n;
+	if (a->n && (ev = bpf_map_lookup_elem(&scratch, &zero)) && (p = current_proc()) &&
+	    (ev->nsamples = thin_samples(a->n, &ev->rate_shift))) {
 		ev->alloc_idx = (__u8)a->idx;
 		ev->size_words = a->cur_whsize;
 		ev->block_addr = a->yp + (__u64)a->alloc_ofs * 8 + 8; /* Val_hp */

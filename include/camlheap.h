@@ -337,6 +337,16 @@ struct ch_frame_val {
  * entries, leaf first, runtime addresses) only when `has_frames` is set:
  * the first time the kernel sees this stack id.  Later events carry the id
  * alone; user space caches stacks by id.  Keep `frames` last. */
+/* `camlheap serve`'s discovery (bpf/discover.bpf.c): a process exec'd. */
+struct ch_exec_event {
+	__u32 tgid;
+	__u32 pad;
+};
+
+/* The largest ch_sample_event.rate_shift (samples kept with probability
+ * 2^-24 at the most). */
+#define CH_MAX_RATE_SHIFT 24
+
 struct ch_sample_event {
 	__u64 stack_id;             /* 64-bit hash of the frames and termination reason */
 	__u64 time_ns;              /* bpf_ktime_get_ns() */
@@ -360,7 +370,8 @@ struct ch_sample_event {
 	__u8 ext_flags;             /* CH_KIND_BIGARRAY: CH_BA_*; CH_KIND_MALLOC: enum ch_malloc_fn
 				     * | CH_MALLOC_OUTSIDE; else 0 */
 	__u32 domain;               /* OCaml 5: Caml_state->id of the allocating domain (0 = main); 4.x: 0 */
-	__u32 pad3;
+	__u32 rate_shift;           /* k: the samples were kept out of lambda's with probability 2^-k (an
+				     * overhead budget, `camlheap serve`); each stands for 2^k samples */
 	__u64 custom_ops;           /* CH_KIND_CUSTOM: the block's struct custom_operations * (runtime address;
 				     * its first field names the type, runtime/caml/custom.h), else 0 */
 	__u64 frames[CH_MAX_FRAMES];

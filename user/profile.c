@@ -119,6 +119,9 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 									  : 0 };
 	struct profile_site *site;
 	gpointer dsamples;
+	/* under an overhead budget each kept sample stands for 2^shift */
+	unsigned shift = ev->rate_shift > CH_MAX_RATE_SHIFT ? CH_MAX_RATE_SHIFT : ev->rate_shift;
+	uint64_t ns = (uint64_t)ev->nsamples << shift;
 
 	if (size < CH_EVENT_HEADER_BYTES || ev->kind >= CH_KIND__COUNT || ev->term >= CH_TERM__COUNT ||
 	    ev->nframes > CH_MAX_FRAMES)
@@ -153,13 +156,13 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 		site->stack = g_hash_table_lookup(p->stacks, &ev->stack_id);
 	if (!site->stack)
 		p->events_without_stack++;
-	site->samples += ev->nsamples;
+	site->samples += ns;
 	dsamples = g_hash_table_lookup(p->domain_samples, GUINT_TO_POINTER(ev->domain));
 	g_hash_table_insert(p->domain_samples, GUINT_TO_POINTER(ev->domain),
-			    GSIZE_TO_POINTER(GPOINTER_TO_SIZE(dsamples) + ev->nsamples));
+			    GSIZE_TO_POINTER(GPOINTER_TO_SIZE(dsamples) + ns));
 	site->events++;
 	site->sampled_block_words += ev->size_words;
-	site->est_objects += profile_object_weight(p, ev->size_words);
+	site->est_objects += profile_object_weight_at(p, ev->size_words, shift);
 	if (ev->minor_gcs > p->cur_minor_gcs)
 		p->cur_minor_gcs = ev->minor_gcs;
 	if (ev->major_gcs > p->cur_major_gcs)
@@ -175,7 +178,7 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 			*k = ev->sample_id;
 			b->site = site;
 			b->time_ns = ev->time_ns;
-			b->nsamples = ev->nsamples;
+			b->nsamples = ns;
 			b->words = ev->size_words > UINT32_MAX ? UINT32_MAX : (uint32_t)ev->size_words;
 			b->birth_minor_gcs = ev->minor_gcs;
 			b->birth_major_gcs = ev->major_gcs;
@@ -194,14 +197,14 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 					g_array_set_size(ib, ev->clean_phases + 1);
 				g_array_index(ib, uint64_t, ev->clean_phases)++;
 			}
-			site->live_samples += ev->nsamples;
-			site->live_est_objects += profile_object_weight(p, b->words);
+			site->live_samples += ns;
+			site->live_est_objects += profile_object_weight_at(p, b->words, shift);
 			if (site->live_samples > site->peak_live_samples)
 				site->peak_live_samples = site->live_samples;
 			p->followed_blocks++;
 			if (!b->uncounted) {
-				p->live_samples += ev->nsamples;
-				p->live_samples_by_kind[ev->kind] += ev->nsamples;
+				p->live_samples += ns;
+				p->live_samples_by_kind[ev->kind] += ns;
 			}
 			if (p->live_samples > p->peak_live_samples) {
 				p->peak_live_samples = p->live_samples;
@@ -211,12 +214,12 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 	}
 
 	p->events++;
-	p->samples += ev->nsamples;
-	p->samples_by_kind[ev->kind] += ev->nsamples;
+	p->samples += ns;
+	p->samples_by_kind[ev->kind] += ns;
 	if (ev->kind == CH_KIND_BIGARRAY && ev->ext_flags <= CH_BA_MAPPED)
-		p->bigarray_samples[ev->ext_flags] += ev->nsamples;
+		p->bigarray_samples[ev->ext_flags] += ns;
 	if (ev->kind == CH_KIND_BIGARRAY && ev->ext_flags != CH_BA_OWNED)
-		p->uncounted_samples += ev->nsamples;
+		p->uncounted_samples += ns;
 	p->walks_by_term[ev->term]++;
 	if (!p->first_ns || ev->time_ns < p->first_ns)
 		p->first_ns = ev->time_ns;
@@ -473,14 +476,19 @@ size_t profile_sites_sorted(const struct profile *p, const struct profile_site *
 	return i;
 }
 
+double profile_object_weight_at(const struct profile *p, uint64_t words, unsigned shift)
+{
+	double q, rate = ldexp(p->rate, -(int)(shift > CH_MAX_RATE_SHIFT ? CH_MAX_RATE_SHIFT : shift));
+
+	if (!words || rate >= 1.0)
+		return 1.0;
+	q = -expm1((double)words * log1p(-rate)); /* 1 - (1-lambda)^words, accurate for tiny lambda */
+	return q > 0 ? 1.0 / q : 1.0;
+}
+
 double profile_object_weight(const struct profile *p, uint64_t words)
 {
-	double q;
-
-	if (!words || p->rate >= 1.0)
-		return 1.0;
-	q = -expm1((double)words * log1p(-p->rate)); /* 1 - (1-lambda)^words, accurate for tiny lambda */
-	return q > 0 ? 1.0 / q : 1.0;
+	return profile_object_weight_at(p, words, 0);
 }
 
 double profile_estimate_words(const struct profile *p, uint64_t samples)

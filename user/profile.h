@@ -60,7 +60,7 @@ struct profile_site {
 struct profile_block {
 	struct profile_site *site;
 	uint64_t time_ns;          /* allocation time (bpf_ktime_get_ns) */
-	uint32_t nsamples;
+	uint64_t nsamples;         /* samples at lambda it stands for (kept ones << their rate_shift) */
 	uint32_t words;            /* words the sampling decision was made over */
 	uint32_t birth_minor_gcs;  /* stat_minor_collections at the allocation */
 	uint32_t birth_major_gcs;  /* stat_major_collections at the allocation */
@@ -173,6 +173,11 @@ size_t profile_drop_small_sites(struct profile *p, uint64_t min_samples);
  * 1/(1-(1-lambda)^words): the number of blocks a sampled block stands for
  * (>= 1).  Source: formats.md §4 (memprof samples each word). */
 double profile_object_weight(const struct profile *p, uint64_t words);
+
+/* The same for a block sampled while an overhead budget kept samples with
+ * probability 2^-shift (struct ch_sample_event.rate_shift): its
+ * probability of being kept is 1-(1-lambda 2^-shift)^words. */
+double profile_object_weight_at(const struct profile *p, uint64_t words, unsigned shift);
 
 /* Estimated words allocated for `samples` samples: samples / lambda. */
 double profile_estimate_words(const struct profile *p, uint64_t samples);

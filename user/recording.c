@@ -272,7 +272,7 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 	bool external = ev->kind == CH_KIND_CUSTOM || ev->kind == CH_KIND_BIGARRAY || ev->kind == CH_KIND_MALLOC;
 	uint64_t length = external ? ev->size_words : ev->size_words ? ev->size_words - 1 : 0;
 	enum mt_source src = ev->kind == CH_KIND_MINOR ? MT_SRC_MINOR : external ? MT_SRC_EXTERNAL : MT_SRC_MAJOR;
-	int ret = mt_put_alloc(rc->w, t, length, ev->nsamples ? ev->nsamples : 1, src, rc->codes, n, &id);
+	int ret = mt_put_alloc(rc->w, t, length, ev->nsamples ? (uint64_t)ev->nsamples << (ev->rate_shift > CH_MAX_RATE_SHIFT ? CH_MAX_RATE_SHIFT : ev->rate_shift) : 1, src, rc->codes, n, &id);
 
 	note_err(rc, ret);
 	if (!ret && ev->sample_id)

@@ -634,6 +634,9 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	else
 		fprintf(out, "rate        %g samples/word (one sample per %.3g words on average)\n", p->rate,
 			1.0 / p->rate);
+	if (m->budget)
+		fprintf(out, "budget      lambda in force: %s; a kept sample stands for 1/(its lambda) words, so estimates stay "
+			     "unbiased (intervals assume the base rate: too narrow when samples were thinned)\n", m->budget);
 	fprintf(out, "duration    %.2f s (attach took %.3f s); %s\n", m->duration_s, m->attach_s, m->end_reason);
 	fprintf(out, "samples     %" PRIu64 " in %" PRIu64 " sampled blocks; dropped events %" PRIu64 " (%" PRIu64
 		     " samples)\n",
@@ -831,6 +834,9 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 	fprintf(out, "target      pid %d  %s  (OCaml %s)\n", m->pid, m->exe, m->ocaml_version);
 	fprintf(out, "rate        %g samples/word (one sample per %.0f words on average); executor %s\n", p->rate,
 		1.0 / p->rate, m->executor);
+	if (m->budget)
+		fprintf(out, "budget      lambda in force: %s (kept samples weighted by 1/lambda: unbiased; intervals "
+			     "assume the base rate)\n", m->budget);
 	fprintf(out, "duration    %.2f s (attach took %.3f s); %s\n", m->duration_s, m->attach_s, m->end_reason);
 	fprintf(out, "samples     %" PRIu64 " in %" PRIu64 " sampled blocks; dropped events %" PRIu64 " (%" PRIu64
 		     " samples)\n",
@@ -1116,6 +1122,7 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 	json_member_str(jb, "ocaml_version", m->ocaml_version);
 	json_member_str(jb, "command", m->command);
 	json_member_double(jb, "rate", p->rate);
+	json_member_str(jb, "budget", m->budget);
 	json_member_str(jb, "executor", m->executor);
 	json_member_str(jb, "minor_not_sampled_because", m->minor_off_why);
 	json_member_str(jb, "unmarshal_not_sampled_because", m->unmarshal_off_why);
@@ -1540,7 +1547,7 @@ int report_render(FILE *out, enum report_format format, bool census, const struc
 	case REPORT_SVG:
 		return write_svg(out, p, m, mods);
 	case REPORT_PPROF: {
-		char comment[512];
+		char comment[1536];
 		struct pprof_meta pm = {
 			.time_nanos = m->start_unix_ns,
 			.duration_nanos = (int64_t)(m->duration_s * 1e9),
@@ -1551,10 +1558,11 @@ int report_render(FILE *out, enum report_format format, bool census, const struc
 			.comment = comment,
 		};
 
-		snprintf(comment, sizeof(comment), "camlheap record of PID %d (%s, OCaml %s), rate %g, executor %s%s%s%s%s",
+		snprintf(comment, sizeof(comment), "camlheap record of PID %d (%s, OCaml %s), rate %g, executor %s%s%s%s%s%s%s",
 			 m->pid, m->exe, m->ocaml_version, p->rate, m->executor,
 			 m->minor_off_why ? "; minor heap not sampled: " : "", m->minor_off_why ? m->minor_off_why : "",
-			 m->selection ? "; " : "", m->selection ? m->selection : "");
+			 m->selection ? "; " : "", m->selection ? m->selection : "",
+			 m->budget ? "; overhead budget, lambda in force: " : "", m->budget ? m->budget : "");
 		return pprof_write(out, p, mods, &pm);
 	}
 	case REPORT_TEXT:

@@ -70,6 +70,8 @@ struct report_meta {
 	bool json_no_stacks;           /* JSON without stacks (diff by allocation position needs none) */
 	const char *warning;           /* `camlheap report`: a problem with the recording itself, or NULL */
 	const char *malloc_libc;       /* --malloc: the libc probed (its path in the target), else NULL */
+	const char *budget;            /* --budget: the lambdas in force and for how long ("1e-05 for 3.0 s, then
+					* 6.25e-07 (samples kept with probability 2^-4) for 57.0 s"), or NULL */
 	/* Resident memory of the target (/proc/PID/status, read at the end of
 	 * the recording: the last reading while the process lived), 0 if unknown */
 	uint64_t rss_kib;              /* VmRSS */

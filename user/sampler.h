@@ -130,6 +130,19 @@ void sampler_counters(const struct sampler *s, uint64_t out[CH_CNT__COUNT]);
 
 void sampler_close(struct sampler *s);
 
+/* Overhead budget: from now on keep each sample drawn at lambda with
+ * probability 2^-shift (0..CH_MAX_RATE_SHIFT), in the kernel, before its
+ * stack is walked; kept ones carry the shift (ch_sample_event.rate_shift)
+ * and count 2^shift each (alloc.bpf.c thin_samples).  Returns 0, -EINVAL
+ * (no sampler) or -ERANGE. */
+int sampler_set_rate_shift(struct sampler *s, unsigned shift);
+
+/* Time the target's threads have spent in this sampler's BPF programs, in
+ * ns, as the kernel counts it (bpf_prog_info.run_time_ns); 0 unless
+ * run-time statistics are enabled (kernel.bpf_stats_enabled, or a
+ * BPF_ENABLE_STATS descriptor held by any process). */
+uint64_t sampler_bpf_run_ns(const struct sampler *s);
+
 /* Fill pool[n] with draws from the geometric law of parameter `rate`
  * (support 1, 2, ...; mean 1/rate), as memprof.c's rand_geom, stratified:
  * draw i inverts a uniform taken in the i-th of n equal strata of (0,1), so
