@@ -6,6 +6,7 @@
 #   make fuzz     the memtrace writer and reader against each other (FUZZ_SECONDS, default 600)
 #   make toolchains  build OCaml 4.14.0, 5.1.0, 5.3.0 (+frame pointers) into ~/.cache/camlheap/toolchains
 #   make deps     only install the Debian packages
+#   make install  binary, systemd unit, man pages, example config (PREFIX=/usr/local, DESTDIR)
 
 BUILD    ?= build
 CC       ?= gcc
@@ -17,14 +18,16 @@ OCAMLOPT ?= ocamlopt
 DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-dev pkg-config make gcc \
             ocaml-nox python3 python3-pyelftools procps util-linux strace \
             protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libjson-glib-dev \
-            libclang-rt-14-dev libdevel-nytprof-perl chromium libxml2-utils gdb
+            libclang-rt-14-dev libdevel-nytprof-perl chromium libxml2-utils gdb \
+            libmicrohttpd-dev libsystemd-dev libcurl4-openssl-dev curl systemd python3-prometheus-client help2man
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD) \
             -I$(BUILD)/gen
 # Recursive (=): pkg-config runs in recipes, after `deps` installed it.
-CFLAGS   += $(shell pkg-config --cflags glib-2.0 json-glib-1.0 2>/dev/null)
-LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread -lprotobuf-c $(shell pkg-config --libs glib-2.0 json-glib-1.0 2>/dev/null)
+CFLAGS   += $(shell pkg-config --cflags glib-2.0 json-glib-1.0 libmicrohttpd libsystemd libcurl 2>/dev/null)
+LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread -lprotobuf-c \
+           $(shell pkg-config --libs glib-2.0 json-glib-1.0 libmicrohttpd libsystemd libcurl 2>/dev/null)
 
 BPF_CFLAGS := -O2 -g -target bpf -mcpu=v3 -D__TARGET_ARCH_x86 -I. -Iinclude -Wall -Wno-unused-function
 
@@ -39,6 +42,7 @@ FIXTURES     := $(patsubst tests/fixtures/%.ml,$(BUILD)/fixtures/%,$(FIXTURE_SRC
 UNIT_SRCS    := $(wildcard tests/unit_*.c)
 UNIT_BINS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 
+.PHONY: install man
 .PHONY: all deps test test-vm demo bench clean fixtures fixtures5 unit fuzz toolchains
 .DELETE_ON_ERROR:
 # BPF objects and skeletons are intermediate files of a chain: keep them.
@@ -149,6 +153,31 @@ toolchains:
 fuzz: $(BUILD)/tests/fuzz_memtrace
 	@mkdir -p $(BUILD)/fuzz-corpus
 	$(BUILD)/tests/fuzz_memtrace -max_total_time=$${FUZZ_SECONDS:-600} -max_len=65536 $(BUILD)/fuzz-corpus
+
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+MANDIR  ?= $(PREFIX)/share/man
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSCONFDIR ?= /etc
+
+# camlheap(1) from the commands' own --help (help2man), camlheap.conf(5) by hand
+man: $(BUILD)/camlheap.1
+$(BUILD)/camlheap.1: $(BUILD)/camlheap dist/camlheap.1.h2m
+	help2man --no-info --no-discard-stderr --include=dist/camlheap.1.h2m \
+	  --name="out-of-process memory profiler for native OCaml programs" $(abspath $(BUILD)/camlheap) > $@
+
+$(BUILD)/camlheap.service: dist/camlheap.service.in
+	sed 's|@BINDIR@|$(BINDIR)|g' $< > $@
+
+# The example configuration is installed only where none exists.
+install: all $(BUILD)/camlheap.1 $(BUILD)/camlheap.service
+	install -D -m 0755 $(BUILD)/camlheap $(DESTDIR)$(BINDIR)/camlheap
+	install -D -m 0644 $(BUILD)/camlheap.service $(DESTDIR)$(UNITDIR)/camlheap.service
+	install -D -m 0644 $(BUILD)/camlheap.1 $(DESTDIR)$(MANDIR)/man1/camlheap.1
+	install -D -m 0644 dist/camlheap.conf.5 $(DESTDIR)$(MANDIR)/man5/camlheap.conf.5
+	test -e $(DESTDIR)$(SYSCONFDIR)/camlheap/camlheap.conf || \
+	  install -D -m 0644 dist/camlheap.conf $(DESTDIR)$(SYSCONFDIR)/camlheap/camlheap.conf
+	@echo "installed; then: edit $(SYSCONFDIR)/camlheap/camlheap.conf, systemctl daemon-reload, systemctl enable --now camlheap"
 
 test: all fixtures unit
 	python3 tests/run_tests.py

@@ -268,3 +268,29 @@ def test_observe_takes_the_programs_own_memprof_samples():
         assert n1 > 0, site
         z = (n1 - n2) / math.sqrt(n1 + n2)
         assert abs(z) <= zcrit, "%s: camlheap %d vs Gc.Memprof %d samples (z = %.2f)" % (site, n1, n2, z)
+
+
+def test_minor_budget_thins_samples_and_estimates_stay_unbiased():
+    # --budget keeps samples with probability 2^-k in the kernel; each kept
+    # one counts 2^k.  Per site, Var(estimated words) = sum over its words
+    # of (1 - lambda_t)/lambda_t <= words / lambda_min, lambda_min the
+    # smallest lambda in force (the report's budget line).
+    rate, budget = 1e-3, 1000
+    rc, out, rep, err = record_launch([fixture("alloc_minor"), "n=2000000"], rate,
+                                      extra=["--budget", str(budget), "--top", "1000"])
+    assert rc == 0, err
+    line = rep.header.get("budget", "")
+    shifts = [int(k) for k in re.findall(r"\(2\^-(\d+)\)", line)]
+    assert shifts and max(shifts) >= 2, line  # the budget acted
+    lam_min = rate * 2.0 ** -max(shifts)
+    truth = chtest.parse_truth(out)
+    for site, (kind, words) in truth.items():
+        got = rep.samples_at_lines(MOD, chtest.site_lines(site), "minor") / rate
+        bound = chtest.Z * math.sqrt(words / lam_min)
+        assert abs(got - words) <= bound, (site, got, words, bound, line)
+    # kept samples (events) stay near the budget: far fewer than lambda
+    # alone would take
+    total_words = sum(w for k, w in truth.values())
+    assert rep.samples_total()[1] < total_words * rate / 4, (rep.samples_total(), total_words * rate)
+    minor = rep.minor()
+    assert minor["missed"] == 0, minor

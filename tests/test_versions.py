@@ -34,6 +34,7 @@ CHECKS = [
     (_minor, "test_minor_sites_rate_1e4"),
     (_minor, "test_minor_exact_at_rate_one"),
     (_minor, "test_minor_agrees_with_in_process_memprof"),
+    (_minor, "test_minor_budget_thins_samples_and_estimates_stay_unbiased"),
     (_census, "test_live_at_end_matches_the_fixtures_own_count"),
     (_census, "test_fates_agree_with_in_process_memprof"),
     (_census, "test_compaction_marks_blocks_relocated"),

@@ -16,6 +16,7 @@
 #include "diff.h"
 #include "outfile.h"
 #include "recording.h"
+#include "serve.h"
 
 const char *argp_program_version = "camlheap 0.1";
 const char *argp_program_bug_address = "the camlheap issue tracker";
@@ -40,7 +41,7 @@ static const char record_doc[] =
 	"through read-only probes. The report's first line names the executor that ran.";
 
 enum { OPT_MAX_DEPTH = 0x100, OPT_EXECUTOR, OPT_KEEP_AWAKE, OPT_LIVE, OPT_VALUE, OPT_NO_CENSUS, OPT_MAX_TRACKED, OPT_WAIT_MAJOR,
-       OPT_BY_DOMAIN, OPT_MALLOC };
+       OPT_BY_DOMAIN, OPT_MALLOC, OPT_BUDGET, OPT_SERVE_FD, OPT_INTERVAL, OPT_OUTDIR };
 
 static const struct argp_option record_options[] = {
 	{ "pid", 'p', "PID", 0, "Attach to this running process", 0 },
@@ -91,6 +92,15 @@ static const struct argp_option record_options[] = {
 	  "anonymous mmap (C stubs, C libraries), per byte at LAMBDA/8, with the OCaml stack that called into C, "
 	  "followed to free/munmap; costs ~1-2 us per malloc and free call of the target (make bench measures it)",
 	  0 },
+	{ "budget", OPT_BUDGET, "SAMPLES_PER_S", 0,
+	  "Overhead budget: keep at most this many samples per second; above it, samples are kept with "
+	  "probability 2^-k (k raised at once, lowered again when calm), each kept one counting 2^k, so estimates "
+	  "stay unbiased; the report says which lambdas were in force and how long",
+	  0 },
+	/* `camlheap serve`'s workers (serve.h) */
+	{ "serve-fd", OPT_SERVE_FD, "FD", OPTION_HIDDEN, "Run as a camlheap serve worker on this socket", 0 },
+	{ "interval", OPT_INTERVAL, "SECONDS", OPTION_HIDDEN, "Serve worker: periodic profiles", 0 },
+	{ "outdir", OPT_OUTDIR, "DIR", OPTION_HIDDEN, "Serve worker: where periodic profiles go", 0 },
 	{ 0 }
 };
 
@@ -258,6 +268,23 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 	case OPT_MALLOC:
 		o->malloc = true;
 		break;
+	case OPT_BUDGET:
+		if (parse_double(arg, &o->budget_sps) || !(o->budget_sps > 0))
+			argp_error(state, "invalid --budget '%s': samples per second, > 0", arg);
+		break;
+	case OPT_SERVE_FD:
+		if (parse_long(arg, &v) || v < 3 || v > INT_MAX)
+			argp_error(state, "invalid --serve-fd '%s'", arg);
+		o->serve = true;
+		o->serve_fd = (int)v;
+		break;
+	case OPT_INTERVAL:
+		if (parse_double(arg, &o->interval_s) || !(o->interval_s > 0))
+			argp_error(state, "invalid --interval '%s': seconds, > 0", arg);
+		break;
+	case OPT_OUTDIR:
+		o->outdir = arg;
+		break;
 	case OPT_MAX_TRACKED:
 		if (parse_long(arg, &v) || v < 1 || v > (1L << 24))
 			argp_error(state, "invalid --max-tracked '%s' (1..16777216 blocks)", arg);
@@ -297,6 +324,8 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		}
 		if (o->wait_major)
 			argp_error(state, "--wait-major is a census option");
+		if (o->serve && (!o->pid || !o->outdir))
+			argp_error(state, "--serve-fd is for camlheap serve's workers (-p PID --outdir DIR)");
 		if (!o->format_given && o->output && strcmp(o->output, "-"))
 			o->format = format_of_name(o->output);
 		if (o->value && (o->format == REPORT_PPROF || o->format == REPORT_JSON || o->format == REPORT_MEMTRACE))
@@ -607,8 +636,142 @@ static void usage(FILE *f)
 		   "  report   render a recording (record -o FILE, or a memtrace trace): text, pprof, svg, ...\n"
 		   "  diff     compare two recordings, site by site, with a significance flag\n"
 		   "  dump-trace  print every event of a recording, one per line\n"
+		   "  serve    run as a service: profile the configured programs continuously (systemd unit in dist/)\n"
+		   "  status   the targets and figures of a running `camlheap serve`\n"
 		   "\n"
 		   "'camlheap COMMAND --help' lists a command's options.\n");
+}
+
+static const char serve_doc[] =
+	"Run as a service: profile every process of the targets named in the configuration file "
+	"continuously, each by its own worker (as `camlheap record -p PID`), found within a second of "
+	"their exec; write a heap profile (pprof) and a census per process every interval into the "
+	"output directory, with retention; serve /debug/pprof/heap, /debug/pprof/allocs, "
+	"/debug/memtrace, /targets and /metrics over HTTP (localhost by default) and an optional Unix "
+	"socket; hold each process under its overhead budget.  SIGHUP reloads the configuration, "
+	"SIGTERM stops cleanly.  Under systemd (Type=notify) it reports readiness and feeds the "
+	"watchdog.  The file format: `man 5 camlheap.conf` (dist/camlheap.conf.5), an example in "
+	"dist/camlheap.conf.\n"
+	"\n"
+	"  camlheap serve --config FILE [--check]";
+
+static const struct argp_option serve_options[] = {
+	{ "config", 'c', "FILE", 0, "The configuration file (default /etc/camlheap/camlheap.conf)", 0 },
+	{ "check", 'k', NULL, 0, "Only parse the configuration file and say what it asks for", 0 },
+	{ 0 }
+};
+
+struct serve_opts {
+	const char *config;
+	bool check;
+};
+
+static error_t serve_parse(int key, char *arg, struct argp_state *state)
+{
+	struct serve_opts *o = state->input;
+
+	switch (key) {
+	case 'c':
+		o->config = arg;
+		break;
+	case 'k':
+		o->check = true;
+		break;
+	case ARGP_KEY_ARG:
+		argp_error(state, "serve takes no arguments (the targets are in --config FILE)");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static int serve_command(int argc, char **argv)
+{
+	struct serve_opts o = { .config = "/etc/camlheap/camlheap.conf" };
+	struct argp argp = { serve_options, serve_parse, NULL, serve_doc, NULL, NULL, NULL };
+
+	argv[1] = "camlheap serve";
+	if (argp_parse(&argp, argc - 1, argv + 1, 0, NULL, &o))
+		return 2;
+	if (o.check) {
+		struct serve_config c = { 0 };
+		char err[2048];
+
+		if (serve_config_load(o.config, &c, err, sizeof(err)) < 0) {
+			fprintf(stderr, "camlheap: %s\n", err);
+			return 2;
+		}
+		printf("%s: %zu target%s; output %s every %g s (keep %u per process, %llu bytes in all); HTTP %s%s%s\n",
+		       o.config, c.ntargets, c.ntargets == 1 ? "" : "s", c.output, c.interval_s, c.keep,
+		       (unsigned long long)c.keep_bytes, c.listen, c.socket ? ", socket " : "", c.socket ? c.socket : "");
+		for (size_t i = 0; i < c.ntargets; i++) {
+			struct serve_target *t = &c.targets[i];
+
+			printf("  %s:%s%s%s%s%s%s%s%s rate %g, budget %g samples/s%s\n", t->name, t->exe ? " exe " : "",
+			       t->exe ? t->exe : "", t->unit ? " unit " : "", t->unit ? t->unit : "",
+			       t->cgroup ? " cgroup " : "", t->cgroup ? t->cgroup : "", t->pidfile ? " pidfile " : "",
+			       t->pidfile ? t->pidfile : "", t->rate, t->budget, t->malloc ? ", --malloc" : "");
+		}
+		serve_config_free(&c);
+		return 0;
+	}
+	return serve_run(o.config);
+}
+
+static const char status_doc[] =
+	"Print the targets of a running `camlheap serve` and their figures (samples, sample rate, lambda "
+	"in force, overhead, files written), asking it over its Unix socket (default "
+	"/run/camlheap/camlheap.sock) or its HTTP address.\n"
+	"\n"
+	"  camlheap status [--socket PATH | --url http://HOST:PORT] [--json]";
+
+static const struct argp_option status_options[] = {
+	{ "socket", 's', "PATH", 0, "The service's Unix socket (its `socket =`; default /run/camlheap/camlheap.sock)", 0 },
+	{ "url", 'u', "URL", 0, "The service's HTTP address instead (its `listen =`, e.g. http://127.0.0.1:6061)", 0 },
+	{ "json", 'j', NULL, 0, "Print the service's /targets document as it is", 0 },
+	{ 0 }
+};
+
+struct status_opts {
+	const char *socket, *url;
+	bool json;
+};
+
+static error_t status_parse(int key, char *arg, struct argp_state *state)
+{
+	struct status_opts *o = state->input;
+
+	switch (key) {
+	case 's':
+		o->socket = arg;
+		break;
+	case 'u':
+		o->url = arg;
+		break;
+	case 'j':
+		o->json = true;
+		break;
+	case ARGP_KEY_ARG:
+		argp_error(state, "status takes no arguments");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static int status_command(int argc, char **argv)
+{
+	struct status_opts o = { 0 };
+	struct argp argp = { status_options, status_parse, NULL, status_doc, NULL, NULL, NULL };
+
+	argv[1] = "camlheap status";
+	if (argp_parse(&argp, argc - 1, argv + 1, 0, NULL, &o))
+		return 2;
+	if (!o.socket && !o.url)
+		o.socket = "/run/camlheap/camlheap.sock";
+	return serve_status(o.url ? NULL : o.socket, o.url, o.json);
 }
 
 /* `record` and `census` share their options and their run. */
@@ -656,6 +819,10 @@ int main(int argc, char **argv)
 		return record_command(argc, argv, true);
 	if (!strcmp(argv[1], "report"))
 		return report_command(argc, argv);
+	if (!strcmp(argv[1], "serve"))
+		return serve_command(argc, argv);
+	if (!strcmp(argv[1], "status"))
+		return status_command(argc, argv);
 	if (!strcmp(argv[1], "dump-trace")) {
 		if (argc != 3 || argv[2][0] == '-') {
 			fprintf(stderr, "usage: camlheap dump-trace FILE\n");

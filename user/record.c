@@ -6,6 +6,10 @@
 #include "pprof.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
@@ -33,6 +37,8 @@
 #include "malloc_probes.h"
 #include "resident.h"
 #include "symbolize.h"
+#include "outfile.h"
+#include "serve.h"
 
 #define RINGBUF_BYTES (16u << 20)
 
@@ -90,6 +96,28 @@ struct intake {
 	char libc_warning[8400];  /* set if the program loaded another libc */
 	bool res_valid;
 	double next_res;
+	/* set before the intake loop: what snapshots need */
+	struct target *t;
+	const struct record_opts *o;
+	struct report_meta *meta;
+	double t_attached;
+	struct ptexec *px;
+	/* --budget: samples kept per second at most */
+	double budget_sps;
+	unsigned shift;            /* in force: samples kept with probability 2^-shift */
+	unsigned max_shift;
+	double shift_s[CH_MAX_RATE_SHIFT + 1]; /* seconds spent at each shift */
+	double shift_since;
+	double win_start;
+	uint64_t win_samples;      /* kept + dropped samples at win_start */
+	int calm_windows;
+	char budget_text[1024];
+	/* serve worker */
+	double next_periodic, next_stats;
+	struct recording *trace;   /* an on-demand recording (`trace` command), or NULL */
+	uint64_t trace_id;
+	double trace_end;
+	char trace_path[4096];
 };
 
 #define RESIDENT_PERIOD_S 0.1
@@ -150,10 +178,13 @@ static void on_event(void *ctx, const struct ch_sample_event *ev, size_t size)
 	else if (ev->kind == CH_NOTE_EXEC)
 		in->exec = true;
 	else if (ev->kind >= CH_FATE_PROMOTE) {
-		if (profile_add_fate(in->prof, (const struct ch_fate_event *)ev, size) == 0)
+		if (profile_add_fate(in->prof, (const struct ch_fate_event *)ev, size) == 0) {
 			recording_add(in->rec, in->prof, in->mods, ev, size);
+			recording_add(in->trace, in->prof, in->mods, ev, size);
+		}
 	} else if (profile_add_event(in->prof, ev, size) == 0) {
 		recording_add(in->rec, in->prof, in->mods, ev, size);
+		recording_add(in->trace, in->prof, in->mods, ev, size);
 	}
 }
 
@@ -428,6 +459,305 @@ static bool target_gone(const struct target *t)
 	return state == 'Z' || state == 'X';
 }
 
+/* The resident-memory part of the report's header, from the intake's
+ * latest reading (`now_ok`: it was taken just now). */
+static void fill_resident(struct report_meta *meta, struct intake *intake, bool now_ok)
+{
+	static char when[64];
+
+	if (!intake->res_valid)
+		return;
+	meta->rss_kib = intake->res.rss_kib;
+	meta->hwm_kib = intake->res.hwm_kib;
+	meta->heap_words = intake->res.heap_words;
+	meta->rss_live_set = true;
+	meta->rss_live_bigarray = intake->res_live[CH_KIND_BIGARRAY];
+	meta->rss_live_malloc = intake->res_live[CH_KIND_MALLOC];
+	meta->rss_live_custom = intake->res_live[CH_KIND_CUSTOM];
+	if (intake->libc_warning[0])
+		meta->warning = intake->libc_warning;
+	if (now_ok)
+		snprintf(when, sizeof(when), "read at the end");
+	else
+		snprintf(when, sizeof(when), "last read %.1f s before the end", now_s() - intake->res.at_s);
+	meta->rss_when = when;
+}
+
+static double self_cpu_s(double *max_rss_mib)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	if (max_rss_mib)
+		*max_rss_mib = (double)ru.ru_maxrss / 1024.0;
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+	       (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* The lambdas in force so far, for the report ("1e-05 for 3.0 s, then ..."). */
+static const char *budget_describe(struct intake *in)
+{
+	double now = now_s();
+	size_t n = 0;
+
+	if (!(in->budget_sps > 0))
+		return NULL;
+	n += (size_t)snprintf(in->budget_text, sizeof(in->budget_text), "budget %g samples/s: ", in->budget_sps);
+	for (unsigned k = 0; k <= in->max_shift && n < sizeof(in->budget_text); k++) {
+		double secs = in->shift_s[k] + (k == in->shift ? now - in->shift_since : 0);
+
+		if (secs <= 0)
+			continue;
+		n += (size_t)snprintf(in->budget_text + n, sizeof(in->budget_text) - n, "%s%g (2^-%u) for %.2f s",
+				      n > 30 && in->budget_text[n - 2] != ':' ? ", " : "",
+				      ldexp(in->prof->rate, -(int)k), k, secs);
+	}
+	return in->budget_text;
+}
+
+/* Overhead budget: the samples taken (kept or dropped) since the window
+ * began, looked at every 20 ms.  Once they exceed a quarter second's budget,
+ * or after a second, the window's rate decides: over the budget, the shift
+ * rises at once by enough to come under it; under a quarter of it for 4
+ * windows running, it falls by one (which doubles the rate, still under
+ * half the budget). */
+static void budget_tick(struct intake *in)
+{
+	uint64_t c[CH_CNT__COUNT], taken, n;
+	double now = now_s(), dt = now - in->win_start, r;
+	unsigned k = in->shift;
+
+	if (!(in->budget_sps > 0) || !in->smp || dt < 0.01)
+		return;
+	sampler_counters(in->smp, c);
+	taken = c[CH_CNT_SAMPLES] + c[CH_CNT_DROPPED_SAMPLES];
+	n = taken - in->win_samples;
+	if ((double)n < in->budget_sps * 0.25 && dt < 1.0)
+		return;
+	r = (double)n / dt;
+	in->win_samples = taken;
+	in->win_start = now;
+	if (r > in->budget_sps) {
+		k += (unsigned)ceil(log2(r / in->budget_sps));
+		in->calm_windows = 0;
+	} else if (k > 0 && r < in->budget_sps / 4) {
+		if (++in->calm_windows >= 4) {
+			k--;
+			in->calm_windows = 0;
+		}
+	} else {
+		in->calm_windows = 0;
+	}
+	if (k > CH_MAX_RATE_SHIFT)
+		k = CH_MAX_RATE_SHIFT;
+	if (k != in->shift && sampler_set_rate_shift(in->smp, k) == 0) {
+		in->shift_s[in->shift] += now - in->shift_since;
+		in->shift_since = now;
+		in->shift = k;
+		if (k > in->max_shift)
+			in->max_shift = k;
+	}
+}
+
+/* The report's header as of now, for a file written while recording. */
+static void snapshot_meta(struct intake *in, struct report_meta *m, const char *reason)
+{
+	*m = *in->meta;
+	m->duration_s = now_s() - in->t_attached;
+	m->end_reason = reason;
+	if (in->smp)
+		sampler_counters(in->smp, m->counters);
+	m->cpu_s = self_cpu_s(&m->max_rss_mib);
+	m->budget = budget_describe(in);
+	fill_resident(m, in, true);
+	if (in->px) {
+		struct ptexec_stats ps;
+
+		ptexec_stats(in->px, &ps);
+		m->exec_stops = ps.stops;
+		m->exec_writes = ps.writes;
+		m->exec_service_s = ps.service_s;
+	}
+}
+
+/* Write a heap profile (pprof, default type inuse_space), an allocation
+ * profile (alloc_space) or the census (text) of the profile so far to
+ * `path`, through a temporary file.  Returns 0 or -errno. */
+static int write_snapshot(struct intake *in, const char *what, const char *path, const char *reason)
+{
+	struct report_meta m;
+	struct outfile out;
+	bool census = !strcmp(what, "census");
+	int ret;
+
+	if (census && !in->meta->census_on)
+		return -ENOTSUP;
+	snapshot_meta(in, &m, reason ? reason : "snapshot while recording (camlheap serve)");
+	m.value = !strcmp(what, "allocs") ? REPORT_VALUE_ALLOC : REPORT_VALUE_LIVE;
+	if (in->meta->census_on)
+		profile_census_compute(in->prof);
+	ret = outfile_open(&out, path);
+	if (ret < 0)
+		return ret;
+	ret = census ? report_write_census(out.f, in->prof, &m, &in->t->mods)
+		     : report_render(out.f, REPORT_PPROF, false, in->prof, &m, &in->t->mods);
+	if (ret < 0)
+		outfile_abort(&out);
+	else
+		ret = outfile_commit(&out);
+	return ret;
+}
+
+static void serve_send(struct intake *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void serve_send(struct intake *in, const char *fmt, ...)
+{
+	char buf[8192];
+	va_list ap;
+	int n;
+
+	if (!in->o->serve)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		send(in->o->serve_fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* The periodic pair: OUTDIR/heap-STAMP.pb.gz and census-STAMP.txt. */
+static void write_periodic(struct intake *in, const char *tag, const char *reason)
+{
+	char stamp[64], path[4096];
+	struct timespec ts;
+	struct tm tm;
+	int ret;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%S", &tm);
+	snprintf(path, sizeof(path), "%s/heap-%s.%03ldZ%s.pb.gz", in->o->outdir, stamp, ts.tv_nsec / 1000000, tag);
+	ret = write_snapshot(in, "heap", path, reason);
+	if (ret < 0)
+		fprintf(stderr, "camlheap: PID %d: cannot write %s: %s\n", in->pid, path, strerror(-ret));
+	else
+		serve_send(in, "wrote %s", path);
+	if (!in->meta->census_on)
+		return;
+	snprintf(path, sizeof(path), "%s/census-%s.%03ldZ%s.txt", in->o->outdir, stamp, ts.tv_nsec / 1000000, tag);
+	ret = write_snapshot(in, "census", path, reason);
+	if (ret < 0)
+		fprintf(stderr, "camlheap: PID %d: cannot write %s: %s\n", in->pid, path, strerror(-ret));
+	else
+		serve_send(in, "wrote %s", path);
+}
+
+static void trace_finish(struct intake *in, const char *reason)
+{
+	struct report_meta m;
+	int ret;
+
+	if (!in->trace)
+		return;
+	snapshot_meta(in, &m, reason);
+	ret = recording_finish(in->trace, &m, in->prof, &in->t->mods);
+	recording_free(in->trace);
+	in->trace = NULL;
+	if (ret < 0)
+		serve_send(in, "done %llu %d cannot write the recording: %s", (unsigned long long)in->trace_id, -ret,
+			   strerror(-ret));
+	else
+		serve_send(in, "done %llu 0", (unsigned long long)in->trace_id);
+}
+
+/* One command from the service (serve.h). */
+static void serve_command(struct intake *in)
+{
+	char buf[8192];
+	struct serve_cmd c;
+	ssize_t n = recv(in->o->serve_fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+	int ret;
+
+	if (n <= 0)
+		return;
+	buf[n] = 0;
+	if (serve_parse_cmd(buf, (size_t)n, &c) < 0) {
+		fprintf(stderr, "camlheap: PID %d: bad command from the service: %.80s\n", in->pid, buf);
+		return;
+	}
+	if (!strcmp(c.verb, "budget")) {
+		in->budget_sps = c.value;
+		if (!(c.value > 0) && in->shift) {
+			sampler_set_rate_shift(in->smp, 0);
+			in->shift_s[in->shift] += now_s() - in->shift_since;
+			in->shift_since = now_s();
+			in->shift = 0;
+		}
+	} else if (!strcmp(c.verb, "snap")) {
+		ret = write_snapshot(in, c.what, c.path, NULL);
+		if (ret < 0)
+			serve_send(in, "done %llu %d %s", (unsigned long long)c.id, -ret,
+				   ret == -ENOTSUP ? "no census: blocks are not followed in this process"
+						   : strerror(-ret));
+		else
+			serve_send(in, "done %llu 0", (unsigned long long)c.id);
+	} else if (!strcmp(c.verb, "trace")) {
+		if (in->trace) {
+			serve_send(in, "done %llu %d a recording is already being written", (unsigned long long)c.id, EBUSY);
+			return;
+		}
+		ret = recording_new(c.path, in->pid, in->prof->rate, in->meta->census_on, &in->trace);
+		if (ret < 0) {
+			in->trace = NULL;
+			serve_send(in, "done %llu %d cannot start the recording: %s", (unsigned long long)c.id, -ret,
+				   strerror(-ret));
+			return;
+		}
+		in->trace_id = c.id;
+		in->trace_end = now_s() + c.value;
+	}
+}
+
+/* Every second: figures for the service's /metrics and /targets. */
+static void serve_stats(struct intake *in)
+{
+	uint64_t c[CH_CNT__COUNT];
+	struct ptexec_stats ps = { 0 };
+
+	sampler_counters(in->smp, c);
+	if (in->px)
+		ptexec_stats(in->px, &ps);
+	serve_send(in,
+		   "stats samples=%llu weighted=%llu events=%llu dropped=%llu stops=%llu shift=%u bpf_ns=%llu "
+		   "exec_ns=%llu cpu_ns=%llu live=%llu rss_kib=%llu heap_words=%llu",
+		   (unsigned long long)(c[CH_CNT_SAMPLES] + c[CH_CNT_DROPPED_SAMPLES]),
+		   (unsigned long long)in->prof->samples, (unsigned long long)c[CH_CNT_EVENTS],
+		   (unsigned long long)c[CH_CNT_DROPPED], (unsigned long long)ps.stops, in->shift,
+		   (unsigned long long)sampler_bpf_run_ns(in->smp), (unsigned long long)(ps.service_s * 1e9),
+		   (unsigned long long)(self_cpu_s(NULL) * 1e9), (unsigned long long)in->prof->live_samples,
+		   (unsigned long long)(in->res_valid ? in->res.rss_kib : 0),
+		   (unsigned long long)(in->res_valid ? in->res.heap_words : 0));
+}
+
+/* The service worker's and the budget's part of one turn of the loop. */
+static void worker_tick(struct intake *in)
+{
+	double now = now_s();
+
+	budget_tick(in);
+	if (!in->o->serve)
+		return;
+	if (in->trace && now >= in->trace_end)
+		trace_finish(in, "on-demand recording: its time elapsed");
+	if (now >= in->next_stats) {
+		serve_stats(in);
+		in->next_stats = now + 1.0;
+	}
+	if (in->o->interval_s > 0 && now >= in->next_periodic) {
+		write_periodic(in, "", NULL);
+		in->next_periodic = now + in->o->interval_s;
+	}
+}
+
 /* Consume samples until a stop condition; describe it in reason. */
 static void record_until_stop(const struct record_opts *o, struct target *t, struct sampler *smp,
 			      struct intake *intake, int sigfd, int pidfd, int timerfd, char *reason, size_t len)
@@ -440,11 +770,12 @@ static void record_until_stop(const struct record_opts *o, struct target *t, str
 		read_resident(intake);
 	intake->next_res = now_s() + RESIDENT_PERIOD_S;
 	for (;;) {
-		struct pollfd fds[4] = {
+		struct pollfd fds[5] = {
 			{ .fd = sigfd, .events = POLLIN },
 			{ .fd = pidfd, .events = POLLIN },
 			{ .fd = timerfd, .events = POLLIN },
 			{ .fd = sampler_ring_fd(smp), .events = POLLIN },
+			{ .fd = o->serve ? o->serve_fd : -1, .events = POLLIN },
 		};
 
 		/* Without a pidfd (fd limit, seccomp) exits are seen by polling. */
@@ -452,8 +783,15 @@ static void record_until_stop(const struct record_opts *o, struct target *t, str
 			snprintf(reason, len, "target exited");
 			break;
 		}
-		poll(fds, 4, 100);
+		poll(fds, 5, intake->budget_sps > 0 ? 20 : 100);
 		sampler_consume(smp);
+		if (fds[4].revents & POLLIN)
+			serve_command(intake);
+		if (fds[4].revents & (POLLHUP | POLLERR)) {
+			snprintf(reason, len, "the service closed its connection");
+			break;
+		}
+		worker_tick(intake);
 		if (now_s() >= intake->next_res && !intake->exec) {
 			read_resident(intake);
 			intake->next_res = now_s() + RESIDENT_PERIOD_S;
@@ -604,6 +942,12 @@ int record_run(const struct record_opts *o)
 
 	if (check_privileges(msg, sizeof(msg)) < 0) {
 		fprintf(stderr, "camlheap: %s\n", msg);
+		return 2;
+	}
+	/* a service worker stops (and writes its last files) when the
+	 * service dies, whatever killed it */
+	if (o->serve && (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() == 1)) {
+		fprintf(stderr, "camlheap: the service is gone\n");
 		return 2;
 	}
 	/* Check the output first: a report that cannot be written must not
@@ -792,7 +1136,7 @@ int record_run(const struct record_opts *o)
 	}
 	fprintf(stderr, "camlheap: recording PID %d (%s, OCaml %s) at rate %g; %u probes attached in %.3f s%s\n",
 		t.pid, t.exe, t.rt.version, cfg.rate, meta.probes_total, meta.attach_s,
-		o->duration_s > 0 ? "" : "; stop with Ctrl-C");
+		o->duration_s > 0 || o->serve ? "" : "; stop with Ctrl-C");
 
 	pidfd = proc_pidfd(t.pid);
 	if (o->duration_s > 0) {
@@ -806,33 +1150,34 @@ int record_run(const struct record_opts *o)
 		timerfd_settime(timerfd, 0, &its, NULL);
 	}
 
+	meta.pid = t.pid;
+	meta.exe = t.exe;
+	meta.ocaml_version = t.rt.version;
+	meta.unmarshal_off_why = t.rt.unmarshal_why;
+	meta.command = command;
+	meta.sampler_mode = meta.minor_off_why && meta.unmarshal_off_why ? "major+custom through read-only uprobes"
+			    : meta.minor_off_why     ? "major+custom+unmarshal through read-only uprobes"
+			    : cfg.minor_from_memprof ? "minor from Gc.Memprof's own sample points, "
+						       "major+custom+unmarshal, all through read-only uprobes"
+						     : "minor through young_limit traps; major+custom+unmarshal through "
+						       "read-only uprobes";
+	intake.t = &t;
+	intake.o = o;
+	intake.meta = &meta;
+	intake.t_attached = t_attached;
+	intake.px = px;
+	intake.budget_sps = o->budget_sps;
+	intake.shift_since = intake.win_start = now_s();
+	intake.next_periodic = now_s() + o->interval_s;
+	if (o->serve)
+		serve_send(&intake, "attached %s %s %g", t.rt.version, executor_names[ex], cfg.rate);
 	record_until_stop(o, &t, smp, &intake, sigfd, pidfd, timerfd, reason, sizeof(reason));
 	/* The window ends now: the probes go inert at once (releasing them
 	 * takes the kernel ~1 s, which is not recording time). */
 	sampler_stop_sampling(smp, t.pid);
-	{
-		/* the resident set now if the target still lives, else its
-		 * last reading */
-		static char when[64];
-		bool now_ok = !intake.exec && read_resident(&intake) == 0;
-
-		if (intake.res_valid) {
-			meta.rss_kib = intake.res.rss_kib;
-			meta.hwm_kib = intake.res.hwm_kib;
-			meta.heap_words = intake.res.heap_words;
-			meta.rss_live_set = true;
-			meta.rss_live_bigarray = intake.res_live[CH_KIND_BIGARRAY];
-			meta.rss_live_malloc = intake.res_live[CH_KIND_MALLOC];
-			meta.rss_live_custom = intake.res_live[CH_KIND_CUSTOM];
-			if (intake.libc_warning[0])
-				meta.warning = intake.libc_warning;
-			if (now_ok)
-				snprintf(when, sizeof(when), "read at the end");
-			else
-				snprintf(when, sizeof(when), "last read %.1f s before the end", now_s() - intake.res.at_s);
-			meta.rss_when = when;
-		}
-	}
+	/* the resident set now if the target still lives, else its last reading */
+	fill_resident(&meta, &intake, !intake.exec && read_resident(&intake) == 0);
+	meta.budget = budget_describe(&intake);
 	meta.duration_s = now_s() - t_attached;
 	{
 		double t_detach = now_s();
@@ -877,30 +1222,28 @@ int record_run(const struct record_opts *o)
 		}
 	}
 
-	{
-		struct rusage ru;
-
-		getrusage(RUSAGE_SELF, &ru);
-		meta.cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-			     (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-		meta.max_rss_mib = (double)ru.ru_maxrss / 1024.0;
-	}
-	meta.pid = t.pid;
-	meta.exe = t.exe;
-	meta.ocaml_version = t.rt.version;
-	meta.unmarshal_off_why = t.rt.unmarshal_why;
-	meta.command = command;
-	meta.sampler_mode = meta.minor_off_why && meta.unmarshal_off_why ? "major+custom through read-only uprobes"
-			    : meta.minor_off_why     ? "major+custom+unmarshal through read-only uprobes"
-			    : cfg.minor_from_memprof ? "minor from Gc.Memprof's own sample points, "
-						       "major+custom+unmarshal, all through read-only uprobes"
-						     : "minor through young_limit traps; major+custom+unmarshal through "
-						       "read-only uprobes";
+	meta.cpu_s = self_cpu_s(&meta.max_rss_mib);
 	meta.end_reason = reason;
 	meta.value = o->value;
 	if (meta.census_on)
 		profile_census_compute(prof);
-	if (intake.rec) {
+	if (o->serve) {
+		/* the last pair of files, then the on-demand recording */
+		intake.px = NULL; /* its figures are in meta now */
+		intake.smp = NULL;
+		intake.meta = &meta;
+		intake.t_attached = t_attached;
+		{
+			char why[8300];
+
+			snprintf(why, sizeof(why), "final: %s", reason);
+			write_periodic(&intake, "-final", why);
+			fprintf(stderr, "camlheap: %s; %llu samples; last profiles in %s\n", reason,
+				(unsigned long long)prof->samples, o->outdir);
+			trace_finish(&intake, why);
+		}
+		exit_code = 0;
+	} else if (intake.rec) {
 		ret = recording_finish(intake.rec, &meta, prof, &t.mods);
 		if (ret < 0) {
 			fprintf(stderr, "camlheap: cannot write the recording to %s: %s\n",
@@ -971,5 +1314,13 @@ fail_target:
 		waitpid(t.pid, NULL, __WALL);
 	}
 	free(command);
+	if (o->serve) {
+		/* tell the service a process that ended before the attach (3)
+		 * from one that cannot be profiled (2) */
+		char exe[4096];
+
+		if (target_gone(&t) || proc_exe_path(t.pid, exe, sizeof(exe)) < 0)
+			return 3;
+	}
 	return 2;
 }

@@ -41,6 +41,12 @@ struct record_opts {
 	bool census;               /* `camlheap census`: write the census report */
 	int wait_major;            /* census: stop once this many full major cycles ended after attach (0: no) */
 	bool malloc;               /* --malloc: sample libc malloc/free and anonymous mmap too */
+	double budget_sps;         /* --budget: samples kept per second at most (0: no budget) */
+	/* `camlheap serve`'s worker (serve.h): one per target process */
+	bool serve;                /* a service worker: commands on serve_fd, profiles into outdir */
+	int serve_fd;              /* SOCK_SEQPACKET to the service (protocol: serve.h) */
+	double interval_s;         /* a heap profile and a census into outdir every this many seconds */
+	const char *outdir;        /* the process's directory of periodic profiles */
 };
 
 /* Run a recording.  Returns the process exit status for camlheap: in launch
