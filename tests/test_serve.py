@@ -197,6 +197,32 @@ def parse_prometheus(text):
     return json.loads(r.stdout)
 
 
+def test_serve_caps_the_output_directory_at_keep_bytes():
+    svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, PORT_BASE + 7, interval=0.2, keep=1000,
+                  extra="keep-bytes = 24K")
+    p, _ = start_idle()
+    try:
+        svc.wait_state(p.pid, "recording")
+        time.sleep(4)
+        d, names = files_of(svc.out, "idle", p.pid)
+        written = svc.processes()[p.pid]["files_written"]
+        sizes = [os.path.getsize(os.path.join(d, n)) for n in names]
+        # oldest first went: far fewer files than written, the newest kept
+        assert written >= 20 and len(names) < written / 2, (written, names)
+        # at most the pairs written since the last retention pass above the cap
+        assert sum(sizes) <= 24 * 1024 + 4 * max(sizes), (sum(sizes), sizes)
+        newest = max(names)
+        time.sleep(0.5)
+        assert svc.stop() == 0
+        d, names = files_of(svc.out, "idle", p.pid)
+        total = sum(os.path.getsize(os.path.join(d, n)) for n in names)
+        assert total <= 24 * 1024 and any(n.endswith("-final.pb.gz") for n in names), (total, names)
+    finally:
+        svc.stop()
+        p.kill()
+        p.wait()
+
+
 def test_serve_http_endpoints_pprof_metrics_targets_memtrace_status():
     svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, PORT_BASE + 1, interval=60)
     p, _ = start_idle()
@@ -544,3 +570,31 @@ def test_serve_soak_1000_short_lived_targets_leaks_nothing():
         assert svc.stop() == 0
     finally:
         svc.stop()
+
+
+def test_serve_killed_with_9_leaves_targets_running_and_workers_finish():
+    svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, PORT_BASE + 6, interval=60)
+    p, _ = start_idle()
+    try:
+        svc.wait_state(p.pid, "recording")
+        workers = children_of(svc.proc.pid)
+        assert workers, svc.text()
+        svc.proc.kill()
+        svc.proc.wait()
+        # each worker sees the service die (PR_SET_PDEATHSIG), writes its
+        # last files and detaches
+        end = time.time() + 30
+        while time.time() < end and any(os.path.exists("/proc/%s" % w.decode()) for w in workers):
+            time.sleep(0.1)
+        assert not any(os.path.exists("/proc/%s" % w.decode()) for w in workers), workers
+        assert p.poll() is None, "the target died with the service"
+        d, names = files_of(svc.out, "idle", p.pid)
+        assert any(n.endswith("-final.pb.gz") for n in names), names
+        # nothing left attached: the target's own allocations go on, and
+        # /proc shows no tracer
+        with open("/proc/%d/status" % p.pid) as f:
+            assert re.search(r"^TracerPid:\s+0$", f.read(), re.M)
+    finally:
+        svc.stop(sig=signal.SIGKILL)
+        p.kill()
+        p.wait()

@@ -41,7 +41,7 @@
 
 #define MAX_EXITED 256 /* exited processes kept in /targets */
 
-/* W_MISSED: the process ended before its worker could attach */
+/* W_MISSED: the process ended, or exec'd another program, before its worker could attach */
 enum wstate { W_ATTACHING, W_RECORDING, W_EXITED, W_FAILED, W_MISSED };
 static const char *const wstate_names[] = { "attaching", "recording", "exited", "failed", "missed" };
 
@@ -100,6 +100,7 @@ struct service {
 	uint64_t watchdog_usec;
 	double next_watchdog, next_pidfiles, next_retention;
 	uint64_t execs_seen, started_total, failed_total, missed_total;
+	size_t nworkers_fds;      /* workers in the table (each holds up to 2 descriptors) */
 	double start_unix;
 	int stats_fd;             /* BPF run-time statistics kept on while this is open */
 	bool stopping;
@@ -383,7 +384,9 @@ static void start_worker(const struct serve_target *t, pid_t pid)
 		slog(LOG_ERR, "target %s: PID %d not followed: cannot create %s: %s", t->name, pid, dir, strerror(-ret));
 		return;
 	}
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 || pipe2(ep, O_CLOEXEC) < 0) {
+	/* the worker's stderr never blocks it (a stalled worker would stall a
+	 * target stopped by its ptrace executor): lines beyond a full pipe are lost */
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 || pipe2(ep, O_CLOEXEC | O_NONBLOCK) < 0) {
 		slog(LOG_ERR, "target %s: PID %d not followed: %s", t->name, pid, strerror(errno));
 		if (sv[0] >= 0) {
 			close(sv[0]);
@@ -532,6 +535,21 @@ static void poll_pidfiles(void)
 	}
 }
 
+/* The process has exited (a zombie counts: its parent has not reaped it
+ * yet), or its PID is another process's now. */
+static bool process_gone(pid_t pid, unsigned long long starttime)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long st;
+
+	if (proc_starttime(pid, &st) < 0 || st != starttime)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if (read_file(path, buf, sizeof(buf)) < 0 || !(p = strrchr(buf, ')')))
+		return true;
+	return p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
 static int on_exec_event(void *ctx, void *data, size_t size)
 {
 	const struct ch_exec_event *e = data;
@@ -630,8 +648,10 @@ static void on_worker_msg(struct worker *w)
 		pthread_mutex_unlock(&S.lk);
 	}
 	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+		pthread_mutex_lock(&S.lk); /* HTTP threads send on it */
 		close(w->fd);
 		w->fd = -1;
+		pthread_mutex_unlock(&S.lk);
 	}
 }
 
@@ -673,21 +693,6 @@ static void on_worker_err(struct worker *w)
 		close(w->errfd);
 		w->errfd = -1;
 	}
-}
-
-/* The process has exited (a zombie counts: its parent has not reaped it
- * yet), or its PID is another process's now. */
-static bool process_gone(pid_t pid, unsigned long long starttime)
-{
-	char path[64], buf[1024], *p;
-	unsigned long long st;
-
-	if (proc_starttime(pid, &st) < 0 || st != starttime)
-		return true;
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	if (read_file(path, buf, sizeof(buf)) < 0 || !(p = strrchr(buf, ')')))
-		return true;
-	return p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
 /* Forget the oldest ended workers beyond MAX_EXITED. */
@@ -736,7 +741,7 @@ static void reap_workers(void)
 			if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && w->version[0]) {
 				w->state = W_EXITED;
 			} else if (!w->version[0] && ((WIFEXITED(status) && WEXITSTATUS(status) == 3) ||
-						      process_gone(w->pid, w->starttime))) {
+						      process_gone(w->pid, w->starttime) || w->reexec)) {
 				w->state = W_MISSED;
 				S.missed_total++;
 			} else {
@@ -749,12 +754,12 @@ static void reap_workers(void)
 					p->err = ESRCH;
 					snprintf(p->msg, sizeof(p->msg), "the process's worker ended: %s", w->message);
 				}
-			pthread_cond_broadcast(&S.cv);
-			pthread_mutex_unlock(&S.lk);
 			if (w->fd >= 0) {
 				close(w->fd);
 				w->fd = -1;
 			}
+			pthread_cond_broadcast(&S.cv);
+			pthread_mutex_unlock(&S.lk);
 			if (w->errfd >= 0) {
 				close(w->errfd);
 				w->errfd = -1;
@@ -1083,6 +1088,11 @@ static enum MHD_Result serve_pprof(struct MHD_Connection *c, const char *what)
 		return reply_text(c, code, "text/plain", "%s", why);
 	}
 	snprintf(name, sizeof(name), "%s-%d-%s.pb.gz", w->target, w->pid, what);
+	if (w->state == W_ATTACHING) {
+		pthread_mutex_unlock(&S.lk);
+		return reply_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain",
+				  "PID %d is being attached; try again in a second\n", w->pid);
+	}
 	if (w->state != W_RECORDING) {
 		/* ended: its last heap profile, if one is left */
 		fd = w->last_heap[0] ? open(w->last_heap, O_RDONLY | O_CLOEXEC) : -1;
@@ -1299,7 +1309,8 @@ static GString *metrics_text(void)
 			       "camlheap_processes_missed_total %llu\n"
 			       "# HELP camlheap_execs_seen_total Execs on the host seen by the discovery program.\n"
 			       "# TYPE camlheap_execs_seen_total counter\n"
-			       "camlheap_execs_seen_total %llu\n",
+			       "camlheap_execs_seen_total %llu\n"
+,
 			       (unsigned long long)S.started_total, (unsigned long long)S.failed_total,
 			       (unsigned long long)S.missed_total, (unsigned long long)S.execs_seen);
 	for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
@@ -1563,6 +1574,9 @@ int serve_run(const char *config_path)
 	/* the overhead figures: time in BPF programs (a global switch, on
 	 * while this descriptor lives; kernel >= 5.8) */
 	S.stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	if (S.stats_fd < 0)
+		slog(LOG_WARNING, "cannot turn BPF run-time statistics on (%s): the overhead figures count only the "
+				  "ptrace executor's stops", strerror(errno));
 	libbpf_set_print(NULL);
 	S.disc = discover_bpf__open_and_load();
 	if (!S.disc || discover_bpf__attach(S.disc) < 0) {
@@ -1591,14 +1605,18 @@ int serve_run(const char *config_path)
 	     S.cfg.socket ? ", socket " : "", S.cfg.socket ? S.cfg.socket : "");
 
 	while (!S.stopping) {
-		struct pollfd fds[2 + 2 * 1024];
-		struct worker *ws[2 * 1024];
-		nfds_t n = 0;
+		S.nworkers_fds = 0;
+		for (struct worker *w = S.workers; w; w = w->next)
+			S.nworkers_fds++;
+		nfds_t n = 0, cap = 2 + 2 * (nfds_t)S.nworkers_fds;
+		struct pollfd *fds = g_new(struct pollfd, cap + 2);
+		struct worker **ws = g_new(struct worker *, cap + 2);
+		bool sig_ready;
 		double now;
 
 		fds[n++] = (struct pollfd){ .fd = sigfd, .events = POLLIN };
 		fds[n++] = (struct pollfd){ .fd = ring_buffer__epoll_fd(S.rb), .events = POLLIN };
-		for (struct worker *w = S.workers; w && n + 2 <= sizeof(fds) / sizeof(fds[0]); w = w->next) {
+		for (struct worker *w = S.workers; w && n + 2 <= cap; w = w->next) {
 			if (w->fd >= 0) {
 				ws[n - 2] = w;
 				fds[n++] = (struct pollfd){ .fd = w->fd, .events = POLLIN };
@@ -1618,7 +1636,10 @@ int serve_run(const char *config_path)
 			else if (fds[i].fd == ws[i - 2]->errfd)
 				on_worker_err(ws[i - 2]);
 		}
-		if (fds[0].revents & POLLIN) {
+		sig_ready = fds[0].revents & POLLIN;
+		g_free(fds);
+		g_free(ws);
+		if (sig_ready) {
 			struct signalfd_siginfo si;
 
 			while (read(sigfd, &si, sizeof(si)) == sizeof(si)) {
