@@ -403,3 +403,22 @@ def test_report_edges_from_the_review():
     # a format other than text on a launched command's stdout would mix with its output
     rc, so, se = chtest.run_record(["--rate", "1e-3", "--format", "json"], [fixture("leak"), "n=1"])
     assert rc == 2 and "give -o FILE" in se, (rc, se)
+
+
+def test_budget_recording_reports_as_the_run_did():
+    # under --budget, each event's samples were kept with probability 2^-k:
+    # the file carries k (alloc annotation bits 48..52) and memtrace's
+    # n_samples at the trace's rate, so the report read back (objects
+    # included) is the run's own
+    d = chtest.tmpdir()
+    also = os.path.join(d, "also.txt")
+    path = os.path.join(d, "b.ctf")
+    env = dict(os.environ, CAMLHEAP_ALSO_TEXT=also)
+    rc, so, se = chtest.run_record(["--rate", repr(RATE), "--budget", "1000", "-o", path],
+                                   [fixture("alloc_major"), "n=150000"], env=env)
+    assert rc == 0, se
+    report = _camlheap(["report", path]).stdout.decode()
+    assert report == open(also).read()
+    assert re.search(r"^budget\s+lambda in force: .*\(2\^-[1-9]", report, re.M), report[:1500]
+    dump = _camlheap(["dump-trace", path]).stdout.decode()
+    assert re.search(r"^\S+ alloc ", dump, re.M)

@@ -214,7 +214,8 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 			 (uint64_t)(ev->sample_id ? 1 : 0) << 3 | (uint64_t)((ev->kind >> 2) & 1) << 4 |
 			 (uint64_t)(ev->ext_flags & 3) << 5 | (uint64_t)(ev->ext_flags >> 7) << 7 |
 			 (uint64_t)ev->alloc_idx << 8 |
-			 (uint64_t)ev->nallocs << 16 | (uint64_t)(ev->domain & 0xffff) << 32;
+			 (uint64_t)ev->nallocs << 16 | (uint64_t)(ev->domain & 0xffff) << 32 |
+			 (uint64_t)(ev->rate_shift > CH_MAX_RATE_SHIFT ? CH_MAX_RATE_SHIFT : ev->rate_shift) << 48;
 
 	if (t < rc->start_us)
 		t = rc->start_us;
@@ -350,6 +351,7 @@ static const struct {
 	F("census_off_why", M_STR, census_off_why),
 	F("census", M_BOOL, census_on),
 	F("malloc_libc", M_STR, malloc_libc),
+	F("budget", M_STR, budget),
 	F("rss_kib", M_U64, rss_kib),
 	F("hwm_kib", M_U64, hwm_kib),
 	F("heap_words", M_U64, heap_words),
@@ -775,7 +777,12 @@ static void load_alloc(struct load_state *s, const struct mt_event *e)
 	ev->minor_gcs = s->minor;
 	ev->major_gcs = s->major;
 	ev->clean_phases = s->cycle > s->cycle_base ? s->cycle - s->cycle_base : 0;
-	ev->nsamples = e->nsamples > UINT32_MAX ? UINT32_MAX : (uint32_t)e->nsamples;
+	/* memtrace's n_samples counts at the trace's rate; under a budget the
+	 * event kept n_samples >> shift of them (the profile weighs them back) */
+	ev->rate_shift = s->camlheap ? (uint32_t)(s->flags >> 48) & 31 : 0;
+	if (ev->rate_shift > CH_MAX_RATE_SHIFT)
+		ev->rate_shift = 0;
+	ev->nsamples = e->nsamples >> ev->rate_shift > UINT32_MAX ? UINT32_MAX : (uint32_t)(e->nsamples >> ev->rate_shift);
 	ev->kind = (uint8_t)kind;
 	ev->term = (uint8_t)term;
 	ev->nframes = (uint32_t)n;

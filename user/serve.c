@@ -1516,6 +1516,47 @@ static int rm_tmpdir(void)
 	return rmdir(S.tmpdir);
 }
 
+/* SIGTERM to every worker, then wait for all of them, reading their last
+ * messages; one still there after 30 s is killed (kill -9 of a worker never
+ * harms its target). */
+static void stop_workers(int sigfd)
+{
+	double kill_at = now_mono() + 30;
+	bool killed = false;
+
+	for (struct worker *w = S.workers; w; w = w->next)
+		if (w->wpid > 0)
+			kill(w->wpid, SIGTERM);
+	for (;;) {
+		struct pollfd pf = { .fd = sigfd, .events = POLLIN };
+		struct signalfd_siginfo si;
+		bool left = false;
+
+		if (!killed && now_mono() >= kill_at) {
+			for (struct worker *w = S.workers; w; w = w->next)
+				if (w->wpid > 0) {
+					slog(LOG_WARNING, "target %s: PID %d: its worker did not stop in 30 s: killed",
+					     w->target, w->pid);
+					kill(w->wpid, SIGKILL);
+				}
+			killed = true;
+		}
+		for (struct worker *w = S.workers; w; w = w->next) {
+			left |= w->wpid > 0;
+			if (w->fd >= 0)
+				on_worker_msg(w);
+			if (w->errfd >= 0)
+				on_worker_err(w);
+		}
+		if (!left)
+			break;
+		poll(&pf, 1, 100);
+		while (read(sigfd, &si, sizeof(si)) == sizeof(si))
+			;
+		reap_workers();
+	}
+}
+
 int serve_run(const char *config_path)
 {
 	char err[2048];
@@ -1676,31 +1717,7 @@ int serve_run(const char *config_path)
 
 	/* SIGTERM: every worker writes its last files and detaches */
 	sd_notify(0, "STOPPING=1");
-	for (struct worker *w = S.workers; w; w = w->next)
-		if (w->wpid > 0)
-			kill(w->wpid, SIGTERM);
-	for (;;) {
-		bool left = false;
-
-		for (struct worker *w = S.workers; w; w = w->next) {
-			left |= w->wpid > 0;
-			if (w->fd >= 0)
-				on_worker_msg(w);
-			if (w->errfd >= 0)
-				on_worker_err(w);
-		}
-		if (!left)
-			break;
-		{
-			struct pollfd pf = { .fd = sigfd, .events = POLLIN };
-			struct signalfd_siginfo si;
-
-			poll(&pf, 1, 100);
-			while (read(sigfd, &si, sizeof(si)) == sizeof(si))
-				;
-		}
-		reap_workers();
-	}
+	stop_workers(sigfd);
 	retention();
 	slog(LOG_NOTICE, "stopped: every worker detached and wrote its last profile");
 	ret = 0;
