@@ -598,3 +598,36 @@ def test_serve_killed_with_9_leaves_targets_running_and_workers_finish():
         svc.stop(sig=signal.SIGKILL)
         p.kill()
         p.wait()
+
+
+def test_serve_tries_an_unprofilable_executable_once_until_reload():
+    sleep = os.path.realpath("/bin/sleep")
+    svc = Service({"sl": "exe = %s" % sleep}, PORT_BASE + 8, interval=60)
+    ps = []
+    try:
+        ps.append(subprocess.Popen([sleep, "30"]))
+        svc.wait_log(r"not a native OCaml program")
+        svc.wait_log(r"not tried until a reload")
+        for _ in range(3):
+            ps.append(subprocess.Popen([sleep, "30"]))
+        time.sleep(1)
+        code, body = curl(svc.url("/metrics"))
+        started = int(re.search(rb"^camlheap_workers_started_total (\d+)", body, re.M).group(1))
+        skipped = int(re.search(rb"^camlheap_processes_skipped_total (\d+)", body, re.M).group(1))
+        assert started == 1 and skipped == 3, body[:1200]
+        q = svc.processes()[ps[0].pid]
+        assert q["state"] == "failed" and "not a native OCaml program" in q["message"], q
+        # a reload tries again (the executable may have been replaced)
+        svc.proc.send_signal(signal.SIGHUP)
+        svc.wait_log(r"reloaded")
+        time.sleep(1)
+        code, body = curl(svc.url("/metrics"))
+        started = int(re.search(rb"^camlheap_workers_started_total (\d+)", body, re.M).group(1))
+        assert started >= 2, body[:1200]
+        assert all(p.poll() is None for p in ps)
+        assert svc.stop() == 0
+    finally:
+        svc.stop()
+        for p in ps:
+            p.kill()
+            p.wait()

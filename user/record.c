@@ -938,6 +938,7 @@ int record_run(const struct record_opts *o)
 	double t0 = now_s(), t_attached;
 	sigset_t mask, old_mask;
 	int sigfd = -1, pidfd = -1, timerfd = -1, status = 0, ret, exit_code = 2;
+	bool exe_unsupported = false;
 	bool reaped = false;
 
 	if (check_privileges(msg, sizeof(msg)) < 0) {
@@ -986,7 +987,11 @@ int record_run(const struct record_opts *o)
 	 * and the command must get the caller's. */
 	signal(SIGPIPE, SIG_IGN);
 
-	if (target_inspect(&t, msg, sizeof(msg)) < 0)
+	ret = target_inspect(&t, msg, sizeof(msg));
+	/* not a native OCaml program, or an unsupported runtime: a property
+	 * of the executable, which the service remembers (exit status 4) */
+	exe_unsupported = ret == -ENOEXEC || ret == -ENOTSUP;
+	if (ret < 0)
 		goto fail_target;
 	memprof_rate = t.rt.minor_ok ? target_memprof_rate(&t) : -1;
 	if (memprof_rate > 0 && (o->executor == RECORD_EXEC_AUTO || o->executor == RECORD_EXEC_OBSERVE)) {
@@ -1316,11 +1321,14 @@ fail_target:
 	free(command);
 	if (o->serve) {
 		/* tell the service a process that ended before the attach (3)
-		 * from one that cannot be profiled (2) */
+		 * and an executable that cannot be profiled (4) from another
+		 * failure (2) */
 		char exe[4096];
 
 		if (target_gone(&t) || proc_exe_path(t.pid, exe, sizeof(exe)) < 0)
 			return 3;
+		if (exe_unsupported)
+			return 4;
 	}
 	return 2;
 }

@@ -49,6 +49,7 @@ struct worker {
 	char *target;           /* the target's name */
 	pid_t pid;              /* the target process */
 	unsigned long long starttime; /* its start, clock ticks after boot (/proc/PID/stat 22) */
+	char exe_key[96];       /* its executable: "dev:ino:mtime" (see exe_key) */
 	pid_t wpid;             /* the worker, 0 once reaped */
 	int fd;                 /* control socket, -1 once closed */
 	int errfd;              /* the worker's stderr (a pipe), -1 once closed */
@@ -99,7 +100,8 @@ struct service {
 	bool journal;             /* stderr is the journal: sd-daemon priority prefixes */
 	uint64_t watchdog_usec;
 	double next_watchdog, next_pidfiles, next_retention;
-	uint64_t execs_seen, started_total, failed_total, missed_total;
+	uint64_t execs_seen, started_total, failed_total, missed_total, skipped_total;
+	GHashTable *unsupported;  /* exe_key -> why (char *): executables not to try again until SIGHUP */
 	size_t nworkers_fds;      /* workers in the table (each holds up to 2 descriptors) */
 	double start_unix;
 	int stats_fd;             /* BPF run-time statistics kept on while this is open */
@@ -277,6 +279,20 @@ static bool target_matches(const struct serve_target *t, pid_t pid)
 	return true;
 }
 
+/* The identity of PID's executable ("dev:ino:mtime"), or -errno. */
+static int exe_key(pid_t pid, char *out, size_t len)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	if (stat(path, &st) < 0)
+		return -errno;
+	snprintf(out, len, "%llu:%llu:%lld.%09ld", (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+		 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+	return 0;
+}
+
 static const struct serve_target *find_target(const char *name)
 {
 	for (size_t i = 0; i < S.cfg.ntargets; i++)
@@ -370,8 +386,15 @@ static void start_worker(const struct serve_target *t, pid_t pid)
 	struct tm tm;
 	double b;
 
-	if (active_worker(pid) || proc_starttime(pid, &st) < 0)
+	char key[96];
+
+	if (active_worker(pid) || proc_starttime(pid, &st) < 0 || exe_key(pid, key, sizeof(key)) < 0)
 		return;
+	if (g_hash_table_contains(S.unsupported, key)) {
+		/* its executable was found unprofilable: said once already */
+		S.skipped_total++;
+		return;
+	}
 	if (S.active >= S.cfg.max_processes) {
 		slog(LOG_WARNING, "target %s: PID %d not followed: %u processes are followed already (max-processes)",
 		     t->name, pid, S.active);
@@ -457,6 +480,7 @@ static void start_worker(const struct serve_target *t, pid_t pid)
 	w->target = g_strdup(t->name);
 	w->pid = pid;
 	w->starttime = st;
+	snprintf(w->exe_key, sizeof(w->exe_key), "%s", key);
 	w->fd = sv[0];
 	w->errfd = ep[0];
 	fcntl(w->errfd, F_SETFL, O_NONBLOCK);
@@ -747,6 +771,13 @@ static void reap_workers(void)
 			} else {
 				w->state = W_FAILED;
 				S.failed_total++;
+				if (WIFEXITED(status) && WEXITSTATUS(status) == 4 &&
+				    !g_hash_table_contains(S.unsupported, w->exe_key)) {
+					g_hash_table_insert(S.unsupported, g_strdup(w->exe_key), g_strdup(w->message));
+					slog(LOG_WARNING,
+					     "target %s: its other processes running that executable are not tried "
+					     "until a reload (SIGHUP): %s", w->target, w->message);
+				}
 			}
 			for (struct pending *p = S.pending; p; p = p->next)
 				if (p->w == w && !p->done) {
@@ -1307,12 +1338,16 @@ static GString *metrics_text(void)
 			       "# HELP camlheap_processes_missed_total Processes that ended before their worker attached.\n"
 			       "# TYPE camlheap_processes_missed_total counter\n"
 			       "camlheap_processes_missed_total %llu\n"
+			       "# HELP camlheap_processes_skipped_total Processes of an executable found unprofilable before.\n"
+			       "# TYPE camlheap_processes_skipped_total counter\n"
+			       "camlheap_processes_skipped_total %llu\n"
 			       "# HELP camlheap_execs_seen_total Execs on the host seen by the discovery program.\n"
 			       "# TYPE camlheap_execs_seen_total counter\n"
 			       "camlheap_execs_seen_total %llu\n"
 ,
 			       (unsigned long long)S.started_total, (unsigned long long)S.failed_total,
-			       (unsigned long long)S.missed_total, (unsigned long long)S.execs_seen);
+			       (unsigned long long)S.missed_total, (unsigned long long)S.skipped_total,
+			       (unsigned long long)S.execs_seen);
 	for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
 		g_string_append_printf(s, "# HELP %s %s\n# TYPE %s %s\n", per[m].name, per[m].help, per[m].name, per[m].type);
 		for (struct worker *w = S.workers; w; w = w->next) {
@@ -1483,6 +1518,7 @@ static void reload(void)
 	serve_config_free(&S.cfg);
 	S.cfg = nc;
 	pthread_mutex_unlock(&S.lk);
+	g_hash_table_remove_all(S.unsupported); /* try every executable again */
 	for (struct worker *w = S.workers; w; w = w->next) {
 		const struct serve_target *t;
 
@@ -1574,6 +1610,7 @@ int serve_run(const char *config_path)
 	S.start_unix = now_real();
 	pthread_mutex_init(&S.lk, NULL);
 	pthread_cond_init(&S.cv, NULL);
+	S.unsupported = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
 	if (serve_config_load(config_path, &S.cfg, err, sizeof(err)) < 0) {
 		slog(LOG_ERR, "%s", err);
 		return 2;
@@ -1742,6 +1779,7 @@ out:
 	}
 	pthread_mutex_unlock(&S.lk);
 	serve_config_free(&S.cfg);
+	g_hash_table_destroy(S.unsupported);
 	close(sigfd);
 	free(real);
 	status = ret;

@@ -83,6 +83,33 @@ run malloc_plain $FX/cmalloc n=300
 run malloc53 $CH record --executor kernel --malloc --rate 1e-3 --format json -o /tmp/r.txt -- $FX53/cmalloc n=300
 run malloc53_plain $FX53/cmalloc n=300
 
+# the overhead budget on this kernel: samples thinned in BPF (alloc.bpf.c thin_samples)
+run budget $CH record --executor kernel --rate 1e-3 --budget 1000 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=2000000
+
+# camlheap serve on this kernel: discovery (raw tracepoint), a worker, the
+# socket, camlheap status, a clean stop
+mkdir -p /tmp/sv
+printf '[serve]\noutput = /tmp/sv/out\ninterval = 1\nlisten = none\nsocket = /tmp/sv/sock\n[target:am]\nexe = %s\nrate = 1e-3\n' $FX/alloc_minor >/tmp/sv/c.conf
+$CH serve --config /tmp/sv/c.conf >/tmp/sv/log 2>&1 &
+sv=$!
+sleep 2
+$FX/alloc_minor n=8000000 >/tmp/sv/target.out &
+t=$!
+sleep 4
+$CH status --socket /tmp/sv/sock >/tmp/sv/status 2>&1
+echo "@@SERVE_STATUS_RC $?"
+wait $t
+echo "@@SERVE_TARGET_RC $?"
+sleep 2
+kill $sv
+wait $sv
+echo "@@SERVE_RC $?"
+echo "@@SERVE_LOG"
+cat /tmp/sv/log
+echo "@@SERVE_STATUS"
+cat /tmp/sv/status
+echo "@@SERVE_FILES $(ls /tmp/sv/out/am/*/ | tr '\n' ' ')"
+
 # kill -9 of camlheap attached to four domains (5.3, one spinning); every
 # other time its probe holder is killed at the same instant (killall), so
 # that a young_trigger lent at that moment is never given back

@@ -396,6 +396,31 @@ def main():
         assert s["out"] == plain["out"], "the target's output changed under --malloc"
         test_malloc.check_json(s["out"], json.loads(s["rep"].text), "(VM %s) " % name)
 
+    def budget():
+        s = sec["budget"]
+        assert s["rc"] == 0, s["err"]
+        line = s["rep"].header.get("budget", "")
+        shifts = [int(k) for k in re.findall(r"\(2\^-(\d+)\)", line)]
+        assert shifts and max(shifts) >= 1, line
+        lam_min = 1e-3 * 2.0 ** -max(shifts)
+        for site, (_, words) in chtest.parse_truth(s["out"]).items():
+            got = s["rep"].samples_at_lines(MOD, chtest.site_lines(site), "minor") / 1e-3
+            bound = chtest.Z * (words / lam_min) ** 0.5
+            assert abs(got - words) <= bound, (site, got, words, bound, line)
+
+    def serve():
+        def grab(tag):
+            m = re.search(r"^@@%s (.*)$" % tag, text, re.M)
+            assert m, "no @@%s" % tag
+            return m.group(1)
+        assert grab("SERVE_RC") == "0" and grab("SERVE_TARGET_RC") == "0", text[text.find("@@SERVE"):][:3000]
+        log = text[text.find("@@SERVE_LOG"):text.find("@@SERVE_STATUS\n")]
+        assert "following PID" in log and "recording PID" in log, log
+        status = text[text.find("@@SERVE_STATUS\n"):text.find("@@SERVE_FILES")]
+        assert grab("SERVE_STATUS_RC") == "0" and re.search(r"^am\s+\d+ (recording|exited)", status, re.M), status
+        files = grab("SERVE_FILES")
+        assert "-final.pb.gz" in files and "census-" in files, files
+
     def kill9_domains():
         ref = re.search(r"^@@KILL9D ref (rc=\d+ md5=\w+)$", text, re.M).group(1)
         assert ref.startswith("rc=0 "), ref
@@ -423,6 +448,8 @@ def main():
         check("ocaml_5_3_kernel_executor_kill9_four_domains_never_harms_target", kill9_domains)
         check("malloc_sites_live_and_c_thread", lambda: malloc("malloc"))
         check("ocaml_5_3_malloc_sites_live_and_c_thread", lambda: malloc("malloc53"))
+        check("kernel_executor_budget_estimates_unbiased", budget)
+        check("serve_discovers_profiles_and_stops_cleanly", serve)
         report_times(text, kvm)
     print("%d passed, %d failed" % (results.count(True), results.count(False)))
     sys.exit(0 if all(results) else 1)
