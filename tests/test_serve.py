@@ -207,8 +207,13 @@ def test_serve_caps_the_output_directory_at_keep_bytes():
         d, names = files_of(svc.out, "idle", p.pid)
         written = svc.processes()[p.pid]["files_written"]
         sizes = [os.path.getsize(os.path.join(d, n)) for n in names]
-        # oldest first went: far fewer files than written, the newest kept
-        assert written >= 20 and len(names) < written / 2, (written, names)
+        # files went (the byte cap, keep = 1000 never acts), oldest first:
+        # what is left is the newest run of what was written
+        assert written >= 20 and len(names) < written - 4, (written, names)
+        kept_heaps = sorted(n for n in names if n.startswith("heap-"))
+        assert len(kept_heaps) >= 2, names
+        last = os.path.basename(svc.processes()[p.pid]["last_heap_profile"])
+        assert last >= kept_heaps[-1] and last >= kept_heaps[0], (last, kept_heaps)
         # at most the pairs written since the last retention pass above the cap
         assert sum(sizes) <= 24 * 1024 + 4 * max(sizes), (sum(sizes), sizes)
         newest = max(names)
@@ -293,7 +298,20 @@ def test_serve_http_endpoints_pprof_metrics_targets_memtrace_status():
         assert row and "recording" in row[0], st.stdout.decode()
         st = subprocess.run([CAMLHEAP, "status", "--socket", os.path.join(svc.dir, "nope")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert st.returncode == 1 and b"cannot reach camlheap serve" in st.stderr, st.stderr
+        assert st.returncode == 1 and b"no camlheap serve socket at" in st.stderr, st.stderr
+        # a second service on the same socket is refused, and leaves it to the first
+        other = os.path.join(svc.dir, "other.conf")
+        with open(other, "w") as f:
+            f.write("[serve]\noutput = %s/o2\nlisten = none\nsocket = %s\n[target:x]\nexe = /bin/true\n" %
+                    (svc.dir, svc.sock))
+        r = subprocess.run([CAMLHEAP, "serve", "--config", other], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=30)
+        assert r.returncode == 2 and b"another camlheap serve answers there" in r.stderr, r.stderr
+        code, body = curl("http://localhost/targets", unix=svc.sock)
+        assert code == 200
+        for bad in ("pid=99999999999999999999", "pid=abc", "pid=-1", "pid=%d&target=nope" % p.pid):
+            code, body = curl(svc.url("/debug/pprof/heap?" + bad))
+            assert code in (400, 404), (bad, code, body)
         # an ended process: its last profile, while it is kept
         p.kill()
         p.wait()
@@ -386,6 +404,7 @@ def test_serve_bad_configuration_is_refused_with_the_place_named():
         ("[serve]\nlisten = localhost\n[target:a]\nexe = /bin/true\n", "HOST:PORT"),
         ("[serve]\nkeep-bytes = 12Q\n[target:a]\nexe = /bin/true\n", "keep-bytes"),
         ("not a key file\n", "the syntax: man 5 camlheap.conf"),
+        ("[serve]\ninterval = 60   # a minute\n[target:a]\nexe = /bin/true\n", "put comments on lines of their own"),
     ]
     for text, want in cases:
         conf = os.path.join(d, "c.conf")
@@ -395,6 +414,33 @@ def test_serve_bad_configuration_is_refused_with_the_place_named():
             r = subprocess.run([CAMLHEAP, "serve", "--config", conf] + args, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, timeout=30)
             assert r.returncode == 2 and want in r.stderr.decode(), (text, args, r.stderr.decode())
+    # the README's example parses as it is
+    readme = open(os.path.join(chtest.ROOT, "README.md")).read()
+    block = re.search(r"```ini\n(.*?)```", readme, re.S).group(1)
+    with open(conf, "w") as f:
+        f.write(block)
+    r = subprocess.run([CAMLHEAP, "serve", "--config", conf, "--check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert r.returncode == 0 and b"coq: exe /usr/bin/coqc" in r.stdout, r.stderr
+    # never removes a file at socket = ..., the configuration itself included
+    with open(conf, "w") as f:
+        f.write("[serve]\noutput = %s/out\nlisten = none\nsocket = %s\n[target:a]\nexe = /bin/true\n" % (d, conf))
+    r = subprocess.run([CAMLHEAP, "serve", "--config", conf], stderr=subprocess.PIPE, timeout=30)
+    assert r.returncode == 2 and b"not a socket" in r.stderr and os.path.exists(conf), r.stderr
+    # an output that is a file
+    with open(conf, "w") as f:
+        f.write("[serve]\noutput = %s\nlisten = none\n[target:a]\nexe = /bin/true\n" % conf)
+    r = subprocess.run([CAMLHEAP, "serve", "--config", conf], stderr=subprocess.PIPE, timeout=30)
+    assert r.returncode == 2 and b"cannot use it as the output directory" in r.stderr, r.stderr
+    # a FIFO as a PID file never blocks the service
+    fifo = os.path.join(d, "fifo.pid")
+    os.mkfifo(fifo)
+    with open(conf, "w") as f:
+        f.write("[serve]\noutput = %s/out\nlisten = none\n[target:a]\npidfile = %s\n" % (d, fifo))
+    sp = subprocess.Popen([CAMLHEAP, "serve", "--config", conf], stderr=subprocess.PIPE)
+    time.sleep(1.5)
+    sp.terminate()
+    _, err = sp.communicate(timeout=30)
+    assert sp.returncode == 0 and b"serving 1 target" in err, err
     r = subprocess.run([CAMLHEAP, "serve", "--config", os.path.join(d, "missing.conf")], stderr=subprocess.PIPE)
     assert r.returncode == 2 and b"cannot read the configuration file" in r.stderr
     with open(conf, "w") as f:
@@ -631,3 +677,35 @@ def test_serve_tries_an_unprofilable_executable_once_until_reload():
         for p in ps:
             p.kill()
             p.wait()
+
+
+def test_serve_http_flood_leaves_the_socket_and_then_http_usable():
+    svc = Service({"idle": "exe = %s" % fixture("idle")}, PORT_BASE + 9, interval=60)
+    conns = []
+    try:
+        for _ in range(300):  # half-sent requests, held open
+            s_ = socket.create_connection(("127.0.0.1", svc.port), timeout=5)
+            try:
+                s_.sendall(b"GET /targets HTTP/1.1\r\nHost: x\r\n")
+            except OSError:
+                pass
+            conns.append(s_)
+        st = subprocess.run([CAMLHEAP, "status", "--socket", svc.sock], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, timeout=30)
+        assert st.returncode == 0, st.stderr.decode()
+        nthreads = len(os.listdir("/proc/%d/task" % svc.proc.pid))
+        assert nthreads < 100, nthreads
+        for s_ in conns:
+            s_.close()
+        conns = []
+        end = time.time() + 10
+        code = 0
+        while time.time() < end and code != 200:
+            code, _ = curl(svc.url("/targets"), timeout=5)
+            time.sleep(0.2)
+        assert code == 200
+        assert svc.stop() == 0
+    finally:
+        for s_ in conns:
+            s_.close()
+        svc.stop()

@@ -116,7 +116,7 @@ struct intake {
 	double next_periodic, next_stats;
 	struct recording *trace;   /* an on-demand recording (`trace` command), or NULL */
 	uint64_t trace_id;
-	double trace_end;
+	double trace_start, trace_end;
 	char trace_path[4096];
 };
 
@@ -659,6 +659,7 @@ static void trace_finish(struct intake *in, const char *reason)
 	if (!in->trace)
 		return;
 	snapshot_meta(in, &m, reason);
+	m.duration_s = now_s() - in->trace_start; /* the recording's own window */
 	ret = recording_finish(in->trace, &m, in->prof, &in->t->mods);
 	recording_free(in->trace);
 	in->trace = NULL;
@@ -713,11 +714,28 @@ static void serve_command(struct intake *in)
 			return;
 		}
 		in->trace_id = c.id;
-		in->trace_end = now_s() + c.value;
+		in->trace_start = now_s();
+		in->trace_end = in->trace_start + c.value;
 	}
 }
 
-/* Every second: figures for the service's /metrics and /targets. */
+/* Figures for the service's /metrics and /targets: every second, and once
+ * more at the end (`c`: the BPF counters, `smp`: for the BPF run time). */
+static void serve_stats_from(struct intake *in, const uint64_t c[CH_CNT__COUNT], struct sampler *smp, uint64_t stops,
+			     double service_s)
+{
+	serve_send(in,
+		   "stats samples=%llu weighted=%llu events=%llu dropped=%llu stops=%llu shift=%u bpf_ns=%llu "
+		   "exec_ns=%llu cpu_ns=%llu live=%llu rss_kib=%llu heap_words=%llu",
+		   (unsigned long long)(c[CH_CNT_SAMPLES] + c[CH_CNT_DROPPED_SAMPLES]),
+		   (unsigned long long)in->prof->samples, (unsigned long long)c[CH_CNT_EVENTS],
+		   (unsigned long long)c[CH_CNT_DROPPED], (unsigned long long)stops, in->shift,
+		   (unsigned long long)sampler_bpf_run_ns(smp), (unsigned long long)(service_s * 1e9),
+		   (unsigned long long)(self_cpu_s(NULL) * 1e9), (unsigned long long)in->prof->live_samples,
+		   (unsigned long long)(in->res_valid ? in->res.rss_kib : 0),
+		   (unsigned long long)(in->res_valid ? in->res.heap_words : 0));
+}
+
 static void serve_stats(struct intake *in)
 {
 	uint64_t c[CH_CNT__COUNT];
@@ -726,16 +744,7 @@ static void serve_stats(struct intake *in)
 	sampler_counters(in->smp, c);
 	if (in->px)
 		ptexec_stats(in->px, &ps);
-	serve_send(in,
-		   "stats samples=%llu weighted=%llu events=%llu dropped=%llu stops=%llu shift=%u bpf_ns=%llu "
-		   "exec_ns=%llu cpu_ns=%llu live=%llu rss_kib=%llu heap_words=%llu",
-		   (unsigned long long)(c[CH_CNT_SAMPLES] + c[CH_CNT_DROPPED_SAMPLES]),
-		   (unsigned long long)in->prof->samples, (unsigned long long)c[CH_CNT_EVENTS],
-		   (unsigned long long)c[CH_CNT_DROPPED], (unsigned long long)ps.stops, in->shift,
-		   (unsigned long long)sampler_bpf_run_ns(in->smp), (unsigned long long)(ps.service_s * 1e9),
-		   (unsigned long long)(self_cpu_s(NULL) * 1e9), (unsigned long long)in->prof->live_samples,
-		   (unsigned long long)(in->res_valid ? in->res.rss_kib : 0),
-		   (unsigned long long)(in->res_valid ? in->res.heap_words : 0));
+	serve_stats_from(in, c, in->smp, ps.stops, ps.service_s);
 }
 
 /* The service worker's and the budget's part of one turn of the loop. */
@@ -947,6 +956,9 @@ int record_run(const struct record_opts *o)
 	}
 	/* a service worker stops (and writes its last files) when the
 	 * service dies, whatever killed it */
+	/* named camlheap, not "exe" (it runs as /proc/self/exe) */
+	if (o->serve)
+		prctl(PR_SET_NAME, "camlheap");
 	if (o->serve && (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() == 1)) {
 		fprintf(stderr, "camlheap: the service is gone\n");
 		return 2;
@@ -1233,7 +1245,9 @@ int record_run(const struct record_opts *o)
 	if (meta.census_on)
 		profile_census_compute(prof);
 	if (o->serve) {
-		/* the last pair of files, then the on-demand recording */
+		/* the last figures, the last pair of files, then the on-demand
+		 * recording */
+		serve_stats_from(&intake, meta.counters, smp, meta.exec_stops, meta.exec_service_s);
 		intake.px = NULL; /* its figures are in meta now */
 		intake.smp = NULL;
 		intake.meta = &meta;
@@ -1325,7 +1339,9 @@ fail_target:
 		 * failure (2) */
 		char exe[4096];
 
-		if (target_gone(&t) || proc_exe_path(t.pid, exe, sizeof(exe)) < 0)
+		int e = target_gone(&t) ? -ESRCH : proc_exe_path(t.pid, exe, sizeof(exe));
+
+		if (e == -ESRCH || e == -ENOENT)
 			return 3;
 		if (exe_unsupported)
 			return 4;

@@ -42,8 +42,8 @@
 #define MAX_EXITED 256 /* exited processes kept in /targets */
 
 /* W_MISSED: the process ended, or exec'd another program, before its worker could attach */
-enum wstate { W_ATTACHING, W_RECORDING, W_EXITED, W_FAILED, W_MISSED };
-static const char *const wstate_names[] = { "attaching", "recording", "exited", "failed", "missed" };
+enum wstate { W_ATTACHING, W_RECORDING, W_EXITED, W_FAILED, W_MISSED, W_DETACHED };
+static const char *const wstate_names[] = { "attaching", "recording", "exited", "failed", "missed", "detached" };
 
 struct worker {
 	char *target;           /* the target's name */
@@ -61,6 +61,7 @@ struct worker {
 	double lambda;
 	double started, ended;  /* CLOCK_REALTIME seconds */
 	bool reexec;            /* the process exec'd again while followed: look at it once the worker ends */
+	bool detached;          /* stopped by a reload (no longer a process of its target) */
 	double budget_sent;     /* -1: none sent */
 	/* figures from the last two "stats" messages */
 	uint64_t samples, weighted, events, dropped, stops, bpf_ns, exec_ns, cpu_ns, live, rss_kib, heap_words;
@@ -96,11 +97,13 @@ struct service {
 	uint64_t next_id;
 	struct MHD_Daemon *http, *unix_http;
 	int unix_fd;
+	ino_t sock_ino;           /* the socket file this service created */
 	char tmpdir[PATH_MAX];    /* snapshots handed to HTTP */
 	bool journal;             /* stderr is the journal: sd-daemon priority prefixes */
 	uint64_t watchdog_usec;
 	double next_watchdog, next_pidfiles, next_retention;
-	uint64_t execs_seen, started_total, failed_total, missed_total, skipped_total;
+	uint64_t execs_seen, started_total, failed_total, missed_total, skipped_total, limited_total;
+	bool over_limit;          /* a process was left for max-processes: scan /proc when a worker ends */
 	GHashTable *unsupported;  /* exe_key -> why (char *): executables not to try again until SIGHUP */
 	size_t nworkers_fds;      /* workers in the table (each holds up to 2 descriptors) */
 	double start_unix;
@@ -233,15 +236,32 @@ static bool cgroup_has_unit(const char *cg, const char *unit)
 	return false;
 }
 
+/* The PID in a PID file, or -1.  Only a regular file is read, opened
+ * without blocking (a FIFO there must not hang the service). */
 static long read_pidfile(const char *path)
 {
-	char buf[64];
+	char buf[64], *end;
+	struct stat st;
+	ssize_t n;
 	long v;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 
-	if (read_file(path, buf, sizeof(buf)) < 0)
+	if (fd < 0)
 		return -1;
-	v = strtol(buf, NULL, 10);
-	return v > 0 && v <= INT_MAX ? v : -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -1;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	errno = 0;
+	v = strtol(buf, &end, 10);
+	while (*end == ' ' || *end == '\n' || *end == '\t' || *end == '\r')
+		end++;
+	return !errno && end != buf && !*end && v > 0 && v <= INT_MAX ? v : -1;
 }
 
 /* Does process `pid` belong to target t?  Every matcher given must agree. */
@@ -396,8 +416,11 @@ static void start_worker(const struct serve_target *t, pid_t pid)
 		return;
 	}
 	if (S.active >= S.cfg.max_processes) {
-		slog(LOG_WARNING, "target %s: PID %d not followed: %u processes are followed already (max-processes)",
-		     t->name, pid, S.active);
+		if (!S.over_limit)
+			slog(LOG_WARNING, "target %s: PID %d not followed yet: %u processes are followed already "
+					  "(max-processes); looked at again when one ends", t->name, pid, S.active);
+		S.over_limit = true;
+		S.limited_total++;
 		return;
 	}
 	gmtime_r(&now, &tm);
@@ -762,8 +785,11 @@ static void reap_workers(void)
 			w->ended = now_real();
 			if (w->state == W_ATTACHING || w->state == W_RECORDING)
 				S.active--;
+			if (WIFSIGNALED(status))
+				snprintf(w->message, sizeof(w->message), "its worker was killed by SIG%s",
+					 sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status)) : "?");
 			if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && w->version[0]) {
-				w->state = W_EXITED;
+				w->state = w->detached ? W_DETACHED : W_EXITED;
 			} else if (!w->version[0] && ((WIFEXITED(status) && WEXITSTATUS(status) == 3) ||
 						      process_gone(w->pid, w->starttime) || w->reexec)) {
 				w->state = W_MISSED;
@@ -809,6 +835,10 @@ static void reap_workers(void)
 	pthread_mutex_lock(&S.lk);
 	prune_workers();
 	pthread_mutex_unlock(&S.lk);
+	if (S.over_limit && S.active < S.cfg.max_processes && !S.stopping) {
+		S.over_limit = false;
+		scan_proc();
+	}
 	rebalance_budgets();
 }
 
@@ -993,18 +1023,21 @@ static struct worker *request_worker(struct MHD_Connection *c, char *why, size_t
 	*code = MHD_HTTP_NOT_FOUND;
 	if (spid) {
 		char *end;
-		long pid = strtol(spid, &end, 10);
+		long pid;
 
-		if (*end || pid <= 0) {
+		errno = 0;
+		pid = strtol(spid, &end, 10);
+		if (errno || end == spid || *end || pid <= 0 || pid > INT_MAX || !g_ascii_isdigit(spid[0])) {
 			*code = MHD_HTTP_BAD_REQUEST;
 			snprintf(why, len, "pid=%s is not a process id\n", spid);
 			return NULL;
 		}
 		for (struct worker *w = S.workers; w; w = w->next)
-			if (w->pid == pid && (!best || w->state == W_RECORDING))
+			if (w->pid == pid && (!tname || !strcmp(w->target, tname)) && (!best || w->state == W_RECORDING))
 				best = w;
 		if (!best)
-			snprintf(why, len, "PID %ld is not a process of a configured target (GET /targets lists them)\n", pid);
+			snprintf(why, len, "PID %ld is not a process of %s%s (GET /targets lists them)\n", pid,
+				 tname ? "target " : "a configured target", tname ? tname : "");
 		return best;
 	}
 	for (struct worker *w = S.workers; w; w = w->next) {
@@ -1170,7 +1203,9 @@ static enum MHD_Result serve_memtrace(struct MHD_Connection *c)
 	fd = ask_worker(w, "trace", arg, s + 60, why, sizeof(why));
 	pthread_mutex_unlock(&S.lk);
 	if (fd < 0)
-		return reply_text(c, fd == -ETIMEDOUT ? MHD_HTTP_GATEWAY_TIMEOUT : MHD_HTTP_INTERNAL_SERVER_ERROR,
+		return reply_text(c, fd == -ETIMEDOUT ? MHD_HTTP_GATEWAY_TIMEOUT
+				     : fd == -EBUSY   ? MHD_HTTP_CONFLICT
+						      : MHD_HTTP_INTERNAL_SERVER_ERROR,
 				  "text/plain", "%s", why);
 	return reply_fd(c, fd, "application/octet-stream", name);
 }
@@ -1341,13 +1376,16 @@ static GString *metrics_text(void)
 			       "# HELP camlheap_processes_skipped_total Processes of an executable found unprofilable before.\n"
 			       "# TYPE camlheap_processes_skipped_total counter\n"
 			       "camlheap_processes_skipped_total %llu\n"
+			       "# HELP camlheap_processes_over_limit_total Times a process was left for max-processes.\n"
+			       "# TYPE camlheap_processes_over_limit_total counter\n"
+			       "camlheap_processes_over_limit_total %llu\n"
 			       "# HELP camlheap_execs_seen_total Execs on the host seen by the discovery program.\n"
 			       "# TYPE camlheap_execs_seen_total counter\n"
 			       "camlheap_execs_seen_total %llu\n"
 ,
 			       (unsigned long long)S.started_total, (unsigned long long)S.failed_total,
 			       (unsigned long long)S.missed_total, (unsigned long long)S.skipped_total,
-			       (unsigned long long)S.execs_seen);
+			       (unsigned long long)S.limited_total, (unsigned long long)S.execs_seen);
 	for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
 		g_string_append_printf(s, "# HELP %s %s\n# TYPE %s %s\n", per[m].name, per[m].help, per[m].name, per[m].type);
 		for (struct worker *w = S.workers; w; w = w->next) {
@@ -1388,8 +1426,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return serve_pprof(c, "heap");
 	if (!strcmp(url, "/debug/pprof/allocs"))
 		return serve_pprof(c, "allocs");
-	if (!strcmp(url, "/debug/memtrace"))
+	if (!strcmp(url, "/debug/memtrace")) {
+		if (strcmp(method, "GET")) /* a recording takes its seconds: never for a HEAD */
+			return reply_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
 		return serve_memtrace(c);
+	}
 	if (!strcmp(url, "/targets")) {
 		pthread_mutex_lock(&S.lk);
 		s = targets_json();
@@ -1413,9 +1454,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	return reply_text(c, MHD_HTTP_NOT_FOUND, "text/plain", "no such endpoint: %s (GET / lists them)\n", url);
 }
 
+#define HTTP_MAX_CONN 64u
+
 static int start_http(char *err, size_t len)
 {
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+	/* poll, not select (no 1024-descriptor ceiling); a thread per
+	 * connection, at most HTTP_MAX_CONN of them per endpoint and 16 per
+	 * client address, idle ones closed after 30 s: a flood of half-sent
+	 * requests on the TCP port leaves the Unix socket reachable */
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG |
+			 MHD_USE_POLL;
 
 	if (strcmp(S.cfg.listen, "none")) {
 		char host[256];
@@ -1436,7 +1484,8 @@ static int start_http(char *err, size_t len)
 		}
 		S.http = MHD_start_daemon(flags | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
 					  (uint16_t)atoi(colon + 1), NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR,
-					  ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_END);
+					  ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_CONNECTION_LIMIT,
+					  HTTP_MAX_CONN, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 16u, MHD_OPTION_END);
 		freeaddrinfo(ai);
 		if (!S.http) {
 			snprintf(err, len, "cannot listen on %s (in use, or not an address of this host)", S.cfg.listen);
@@ -1454,15 +1503,45 @@ static int start_http(char *err, size_t len)
 			mkdir_p(dir, 0755);
 		}
 		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", S.cfg.socket);
-		unlink(S.cfg.socket);
+		{
+			/* only a stale socket is replaced: never another file, never a
+			 * socket another service still answers on */
+			struct stat st;
+
+			if (lstat(S.cfg.socket, &st) == 0) {
+				int probe;
+
+				if (!S_ISSOCK(st.st_mode)) {
+					snprintf(err, len, "socket = %s: a file that is not a socket is there; name another path",
+						 S.cfg.socket);
+					return -EEXIST;
+				}
+				probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+				if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+					close(probe);
+					snprintf(err, len, "socket = %s: another camlheap serve answers there", S.cfg.socket);
+					return -EADDRINUSE;
+				}
+				if (probe >= 0)
+					close(probe);
+				unlink(S.cfg.socket);
+			}
+		}
 		S.unix_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (S.unix_fd < 0 || bind(S.unix_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(S.unix_fd, 64) < 0) {
 			snprintf(err, len, "socket = %s: %s", S.cfg.socket, strerror(errno));
 			return -errno;
 		}
 		chmod(S.cfg.socket, 0600); /* the profiles are root's business */
+		{
+			struct stat st;
+
+			if (stat(S.cfg.socket, &st) == 0)
+				S.sock_ino = st.st_ino;
+		}
 		S.unix_http = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, S.unix_fd,
-					       MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_END);
+					       MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_CONNECTION_LIMIT, HTTP_MAX_CONN,
+					       MHD_OPTION_END);
 		if (!S.unix_http) {
 			snprintf(err, len, "cannot serve on %s", S.cfg.socket);
 			return -EIO;
@@ -1478,8 +1557,13 @@ static void stop_http(void)
 	if (S.unix_http)
 		MHD_stop_daemon(S.unix_http);
 	S.http = S.unix_http = NULL;
-	if (S.cfg.socket)
-		unlink(S.cfg.socket);
+	if (S.cfg.socket && S.sock_ino) {
+		struct stat st;
+
+		/* ours still (not replaced by someone else's) */
+		if (lstat(S.cfg.socket, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == S.sock_ino)
+			unlink(S.cfg.socket);
+	}
 	if (S.unix_fd >= 0)
 		close(S.unix_fd);
 	S.unix_fd = -1;
@@ -1497,6 +1581,53 @@ static void notify_status(void)
 /* SIGHUP: the new configuration, or the old one if the file is bad.
  * Workers whose process no longer matches its (renamed or changed) target
  * are stopped; processes of new targets are looked for. */
+/* The output directory exists (created if need be), is a directory, and
+ * this service can create files in it.  Returns 0 or -errno with err set. */
+static int check_output(const char *dir, char *err, size_t len)
+{
+	struct stat st;
+	int ret = mkdir_p(dir, 0750);
+
+	if (ret == 0 && (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)))
+		ret = -ENOTDIR;
+	if (ret == 0 && access(dir, W_OK | X_OK) < 0)
+		ret = -errno;
+	if (ret < 0)
+		snprintf(err, len, "output = %s: cannot use it as the output directory: %s", dir, strerror(-ret));
+	return ret;
+}
+
+/* Snapshot directories of services that died (kill -9): camlheap-serve.PID.* */
+static void remove_stale_tmpdirs(const char *parent)
+{
+	DIR *d = opendir(parent);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		int pid;
+		char path[PATH_MAX];
+
+		if (sscanf(e->d_name, "camlheap-serve.%d.", &pid) != 1 || pid <= 0 || (kill(pid, 0) == 0 || errno != ESRCH))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", parent, e->d_name);
+		{
+			DIR *sd = opendir(path);
+			struct dirent *f;
+
+			if (!sd)
+				continue;
+			while ((f = readdir(sd)))
+				if (strcmp(f->d_name, ".") && strcmp(f->d_name, ".."))
+					unlinkat(dirfd(sd), f->d_name, 0);
+			closedir(sd);
+		}
+		rmdir(path);
+	}
+	closedir(d);
+}
+
 static void reload(void)
 {
 	struct serve_config nc;
@@ -1504,6 +1635,12 @@ static void reload(void)
 
 	sd_notify(0, "RELOADING=1");
 	if (serve_config_load(S.config_path, &nc, err, sizeof(err)) < 0) {
+		slog(LOG_ERR, "reload: %s; the configuration in force is kept", err);
+		sd_notify(0, "READY=1");
+		return;
+	}
+	if (check_output(nc.output, err, sizeof(err)) < 0) {
+		serve_config_free(&nc);
 		slog(LOG_ERR, "reload: %s; the configuration in force is kept", err);
 		sd_notify(0, "READY=1");
 		return;
@@ -1528,6 +1665,7 @@ static void reload(void)
 		if (!t || !target_matches(t, w->pid)) {
 			slog(LOG_INFO, "reload: PID %d is no longer a process of target %s: stopping its worker", w->pid,
 			     w->target);
+			w->detached = true;
 			kill(w->wpid, SIGTERM);
 		}
 	}
@@ -1623,12 +1761,14 @@ int serve_run(const char *config_path)
 		serve_config_free(&S.cfg);
 		return 2;
 	}
-	if ((ret = mkdir_p(S.cfg.output, 0750)) < 0 || access(S.cfg.output, W_OK) < 0) {
-		slog(LOG_ERR, "output = %s: cannot create or write it: %s", S.cfg.output, strerror(ret < 0 ? -ret : errno));
+	if (check_output(S.cfg.output, err, sizeof(err)) < 0) {
+		slog(LOG_ERR, "%s", err);
 		serve_config_free(&S.cfg);
 		return 2;
 	}
-	snprintf(S.tmpdir, sizeof(S.tmpdir), "%s/camlheap-serve.XXXXXX", rt && rt[0] == '/' ? rt : "/tmp");
+	remove_stale_tmpdirs(rt && rt[0] == '/' ? rt : "/tmp");
+	snprintf(S.tmpdir, sizeof(S.tmpdir), "%s/camlheap-serve.%d.XXXXXX", rt && rt[0] == '/' ? rt : "/tmp",
+		 (int)getpid());
 	if (!mkdtemp(S.tmpdir)) {
 		slog(LOG_ERR, "cannot create a temporary directory under %s: %s", rt ? rt : "/tmp", strerror(errno));
 		serve_config_free(&S.cfg);
@@ -1822,6 +1962,26 @@ int serve_status(const char *sock, const char *url, bool json)
 		g_string_free(body, TRUE);
 		return 1;
 	}
+	if (sock) {
+		struct stat st;
+
+		if (stat(sock, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+			fprintf(stderr,
+				"camlheap: no camlheap serve socket at %s (%s): is the service running, with `socket = %s` "
+				"in its configuration? (or give --url http://HOST:PORT, its `listen =`)\n",
+				sock, errno && stat(sock, &st) < 0 ? strerror(errno) : "not a socket", sock);
+			curl_easy_cleanup(c);
+			g_string_free(body, TRUE);
+			return 1;
+		}
+		if (access(sock, R_OK | W_OK) < 0) {
+			fprintf(stderr, "camlheap: %s: %s: the service's socket is root's (mode 0600); run camlheap status "
+					"as root\n", sock, strerror(errno));
+			curl_easy_cleanup(c);
+			g_string_free(body, TRUE);
+			return 1;
+		}
+	}
 	snprintf(full, sizeof(full), "%s/targets", url ? url : "http://localhost");
 	curl_easy_setopt(c, CURLOPT_URL, full);
 	if (sock)
@@ -1836,10 +1996,12 @@ int serve_status(const char *sock, const char *url, bool json)
 	if (cr != CURLE_OK || code != 200) {
 		fprintf(stderr,
 			"camlheap: cannot reach camlheap serve at %s: %s\n"
-			"  is it running (systemctl status camlheap)? with `socket = %s` in its configuration (or give "
-			"--url http://HOST:PORT, its `listen =`)?\n",
-			sock ? sock : full, cr != CURLE_OK ? (cerr[0] ? cerr : curl_easy_strerror(cr)) : "unexpected HTTP status",
-			sock ? sock : "PATH");
+			"  is it running (systemctl status camlheap)?%s\n",
+			sock ? sock : full,
+			cr != CURLE_OK ? (sock ? "the socket does not answer (a service that died left it)"
+					       : cerr[0] ? cerr : curl_easy_strerror(cr))
+				       : "unexpected HTTP status",
+			sock ? "" : " is that its `listen =` address?");
 		goto out;
 	}
 	if (json) {

@@ -165,7 +165,20 @@ int serve_config_load(const char *path, struct serve_config *c, char *err, size_
 				  "unknown group (groups are [serve] and [target:NAME])");
 			goto out;
 		}
-		for (gchar **k = keys; k && *k; k++)
+		for (gchar **k = keys; k && *k; k++) {
+			char *v = g_key_file_get_value(kf, *g, *k, NULL);
+			const char *hash = v ? strchr(v, '#') : NULL;
+
+			/* GKeyFile has no inline comments: "60  # every minute" is the value */
+			if (hash && hash > v && (hash[-1] == ' ' || hash[-1] == '\t')) {
+				ret = bad(err, len, path, *g, *k,
+					  "'%s': a comment after a value is part of the value; put comments on lines of "
+					  "their own", v);
+				g_free(v);
+				g_strfreev(keys);
+				goto out;
+			}
+			g_free(v);
 			if (!in_list(is_serve ? serve_keys : target_keys, *k)) {
 				ret = bad(err, len, path, *g, *k, "unknown key (the keys of this group: %s)",
 					  is_serve ? "output, interval, keep, keep-bytes, listen, socket, rate, host-budget, "
@@ -174,6 +187,7 @@ int serve_config_load(const char *path, struct serve_config *c, char *err, size_
 				g_strfreev(keys);
 				goto out;
 			}
+		}
 		g_strfreev(keys);
 	}
 
