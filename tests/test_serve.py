@@ -414,6 +414,13 @@ def test_serve_bad_configuration_is_refused_with_the_place_named():
             r = subprocess.run([CAMLHEAP, "serve", "--config", conf] + args, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, timeout=30)
             assert r.returncode == 2 and want in r.stderr.decode(), (text, args, r.stderr.decode())
+    # parses, but looks wrong: said
+    with open(conf, "w") as f:
+        f.write("[target:a]\nexe = /nonexistent/prog\n[target:b]\nexe = /nonexistent/prog\n")
+    r = subprocess.run([CAMLHEAP, "serve", "--config", conf, "--check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert r.returncode == 0, r.stderr
+    assert b"no such executable (yet)" in r.stderr and b"[target:b] matches what [target:a] matches" in r.stderr, \
+        r.stderr
     # the README's example parses as it is
     readme = open(os.path.join(chtest.ROOT, "README.md")).read()
     block = re.search(r"```ini\n(.*?)```", readme, re.S).group(1)

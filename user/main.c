@@ -702,6 +702,8 @@ static int serve_command(int argc, char **argv)
 			fprintf(stderr, "camlheap: %s\n", err);
 			return 2;
 		}
+		if (c.warnings)
+			fprintf(stderr, "%s", c.warnings);
 		printf("%s: %zu target%s; output %s every %g s (keep %u per process, %llu bytes in all); HTTP %s%s%s\n",
 		       o.config, c.ntargets, c.ntargets == 1 ? "" : "s", c.output, c.interval_s, c.keep,
 		       (unsigned long long)c.keep_bytes, c.listen, c.socket ? ", socket " : "", c.socket ? c.socket : "");

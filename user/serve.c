@@ -1639,6 +1639,8 @@ static void reload(void)
 		sd_notify(0, "READY=1");
 		return;
 	}
+	if (nc.warnings)
+		slog(LOG_WARNING, "%s", g_strchomp(nc.warnings));
 	if (check_output(nc.output, err, sizeof(err)) < 0) {
 		serve_config_free(&nc);
 		slog(LOG_ERR, "reload: %s; the configuration in force is kept", err);
@@ -1761,6 +1763,8 @@ int serve_run(const char *config_path)
 		serve_config_free(&S.cfg);
 		return 2;
 	}
+	if (S.cfg.warnings)
+		slog(LOG_WARNING, "%s", g_strchomp(S.cfg.warnings));
 	if (check_output(S.cfg.output, err, sizeof(err)) < 0) {
 		slog(LOG_ERR, "%s", err);
 		serve_config_free(&S.cfg);

@@ -61,6 +61,8 @@ struct serve_config {
 	unsigned max_processes; /* max-processes = N followed at once (default 256) */
 	struct serve_target *targets;
 	size_t ntargets;
+	char *warnings;    /* lines about things that parse but look wrong (an exe that does not exist, two
+			    * targets with the same matchers), or NULL */
 };
 
 /* Parse the configuration file `path` into `c` (zeroed by the caller).

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <glib.h>
 
@@ -123,6 +124,7 @@ void serve_config_free(struct serve_config *c)
 		g_free(t->executor);
 	}
 	free(c->targets);
+	g_free(c->warnings);
 	g_free(c->output);
 	g_free(c->listen);
 	g_free(c->socket);
@@ -325,6 +327,28 @@ int serve_config_load(const char *path, struct serve_config *c, char *err, size_
 	if (!c->ntargets) {
 		ret = bad(err, len, path, "target:NAME", NULL, "no target: name at least one [target:NAME] group");
 		goto out;
+	}
+	{
+		GString *w = g_string_new(NULL);
+
+		for (size_t i = 0; i < c->ntargets; i++) {
+			struct serve_target *t = &c->targets[i];
+			struct stat st;
+
+			if (t->exe && (stat(t->exe, &st) < 0 || !S_ISREG(st.st_mode)))
+				g_string_append_printf(w, "%s: [target:%s] exe = %s: no such executable (yet)\n", path,
+						       t->name, t->exe);
+			for (size_t j = 0; j < i; j++) {
+				struct serve_target *u = &c->targets[j];
+
+				if (!g_strcmp0(t->exe, u->exe) && !g_strcmp0(t->unit, u->unit) &&
+				    !g_strcmp0(t->cgroup, u->cgroup) && !g_strcmp0(t->pidfile, u->pidfile))
+					g_string_append_printf(w, "%s: [target:%s] matches what [target:%s] matches: "
+								  "its processes all go to %s\n",
+							       path, t->name, u->name, u->name);
+			}
+		}
+		c->warnings = w->len ? g_string_free(w, FALSE) : (g_string_free(w, TRUE), NULL);
 	}
 	ret = 0;
 out:
