@@ -45,7 +45,7 @@ def curl(url, out=None, unix=None, timeout=90):
 class Service:
     """camlheap serve with a generated configuration, stderr to a file."""
 
-    def __init__(self, targets, port, interval=1.0, keep=3, extra="", env=None, argv=None):
+    def __init__(self, targets, port, interval=1.0, keep=3, extra="", env=None, argv=None, args=()):
         self.dir = chtest.tmpdir()
         self.out = os.path.join(self.dir, "out")
         self.sock = os.path.join(self.dir, "serve.sock")
@@ -58,7 +58,7 @@ class Service:
                 f.write("[target:%s]\n%s\n" % (name, body))
         self.log = os.path.join(self.dir, "serve.log")
         self.logf = open(self.log, "w")
-        self.proc = subprocess.Popen(argv or [CAMLHEAP, "serve", "--config", self.conf], stdout=self.logf,
+        self.proc = subprocess.Popen(argv or [CAMLHEAP, "serve", "--config", self.conf] + list(args), stdout=self.logf,
                                      stderr=self.logf, env=env)
         self.wait_log(r"serving \d+ target")
 
@@ -198,8 +198,9 @@ def parse_prometheus(text):
 
 
 def test_serve_caps_the_output_directory_at_keep_bytes():
-    svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, PORT_BASE + 7, interval=0.2, keep=1000,
-                  extra="keep-bytes = 24K")
+    # (the file says 60 s; --interval overrides it)
+    svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, PORT_BASE + 7, interval=60, keep=1000,
+                  extra="keep-bytes = 24K", args=["--interval", "0.2"])
     p, _ = start_idle()
     try:
         svc.wait_state(p.pid, "recording")

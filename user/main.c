@@ -653,17 +653,20 @@ static const char serve_doc[] =
 	"watchdog.  The file format: `man 5 camlheap.conf` (dist/camlheap.conf.5), an example in "
 	"dist/camlheap.conf.\n"
 	"\n"
-	"  camlheap serve --config FILE [--check]";
+	"  camlheap serve --config FILE [--interval SECONDS] [--check]";
 
 static const struct argp_option serve_options[] = {
 	{ "config", 'c', "FILE", 0, "The configuration file (default /etc/camlheap/camlheap.conf)", 0 },
 	{ "check", 'k', NULL, 0, "Only parse the configuration file and say what it asks for", 0 },
+	{ "interval", 'i', "SECONDS", 0, "Periodic profiles every SECONDS (overrides the file's `interval`; default 60)",
+	  0 },
 	{ 0 }
 };
 
 struct serve_opts {
 	const char *config;
 	bool check;
+	double interval_s;
 };
 
 static error_t serve_parse(int key, char *arg, struct argp_state *state)
@@ -676,6 +679,10 @@ static error_t serve_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case 'k':
 		o->check = true;
+		break;
+	case 'i':
+		if (parse_double(arg, &o->interval_s) || !(o->interval_s >= 0.1 && o->interval_s <= 86400 * 7))
+			argp_error(state, "invalid --interval '%s': seconds, 0.1 .. 604800", arg);
 		break;
 	case ARGP_KEY_ARG:
 		argp_error(state, "serve takes no arguments (the targets are in --config FILE)");
@@ -702,6 +709,8 @@ static int serve_command(int argc, char **argv)
 			fprintf(stderr, "camlheap: %s\n", err);
 			return 2;
 		}
+		if (o.interval_s > 0)
+			c.interval_s = o.interval_s;
 		if (c.warnings)
 			fprintf(stderr, "%s", c.warnings);
 		printf("%s: %zu target%s; output %s every %g s (keep %u per process, %llu bytes in all); HTTP %s%s%s\n",
@@ -718,7 +727,7 @@ static int serve_command(int argc, char **argv)
 		serve_config_free(&c);
 		return 0;
 	}
-	return serve_run(o.config);
+	return serve_run(o.config, o.interval_s);
 }
 
 static const char status_doc[] =

@@ -104,6 +104,7 @@ struct service {
 	double next_watchdog, next_pidfiles, next_retention;
 	uint64_t execs_seen, started_total, failed_total, missed_total, skipped_total, limited_total;
 	bool over_limit;          /* a process was left for max-processes: scan /proc when a worker ends */
+	double interval_override; /* serve --interval, or 0 */
 	GHashTable *unsupported;  /* exe_key -> why (char *): executables not to try again until SIGHUP */
 	size_t nworkers_fds;      /* workers in the table (each holds up to 2 descriptors) */
 	double start_unix;
@@ -1641,6 +1642,8 @@ static void reload(void)
 	}
 	if (nc.warnings)
 		slog(LOG_WARNING, "%s", g_strchomp(nc.warnings));
+	if (S.interval_override > 0)
+		nc.interval_s = S.interval_override;
 	if (check_output(nc.output, err, sizeof(err)) < 0) {
 		serve_config_free(&nc);
 		slog(LOG_ERR, "reload: %s; the configuration in force is kept", err);
@@ -1733,7 +1736,7 @@ static void stop_workers(int sigfd)
 	}
 }
 
-int serve_run(const char *config_path)
+int serve_run(const char *config_path, double interval_s)
 {
 	char err[2048];
 	sigset_t mask;
@@ -1751,10 +1754,13 @@ int serve_run(const char *config_path)
 	pthread_mutex_init(&S.lk, NULL);
 	pthread_cond_init(&S.cv, NULL);
 	S.unsupported = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+	S.interval_override = interval_s;
 	if (serve_config_load(config_path, &S.cfg, err, sizeof(err)) < 0) {
 		slog(LOG_ERR, "%s", err);
 		return 2;
 	}
+	if (S.interval_override > 0)
+		S.cfg.interval_s = S.interval_override;
 	if (geteuid() != 0) {
 		/* the workers' check says exactly what is missing; say it once here */
 		slog(LOG_ERR, "camlheap serve loads BPF programs and attaches uprobes to other users' processes: run it as "

@@ -73,9 +73,10 @@ int serve_config_load(const char *path, struct serve_config *c, char *err, size_
 void serve_config_free(struct serve_config *c);
 
 /* Run the service until SIGTERM/SIGINT (SIGHUP reloads the configuration).
+ * `interval_s` > 0 overrides the file's interval (seconds), at every load.
  * Returns the exit status: 0 after a clean shutdown, 2 for a bad
  * configuration or missing privileges (message on stderr). */
-int serve_run(const char *config_path);
+int serve_run(const char *config_path, double interval_s);
 
 /* `camlheap status`: ask a running service (its Unix socket `socket`, or
  * the HTTP address `url` when socket is NULL) for /targets and print a
