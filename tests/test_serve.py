@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -655,7 +656,11 @@ def test_serve_killed_with_9_leaves_targets_running_and_workers_finish():
 
 
 def test_serve_tries_an_unprofilable_executable_once_until_reload():
-    sleep = os.path.realpath("/bin/sleep")
+    # a private copy of a program that is not OCaml: no other process on the
+    # host runs it
+    d = chtest.tmpdir()
+    sleep = os.path.join(d, "not-ocaml")
+    shutil.copy(os.path.realpath("/bin/sleep"), sleep)
     svc = Service({"sl": "exe = %s" % sleep}, PORT_BASE + 8, interval=60)
     ps = []
     try:
