@@ -16,6 +16,36 @@
 #include <unistd.h>
 
 
+int proc_stat(pid_t pid, char *state, unsigned long long *starttime)
+{
+	char path[64], buf[1024], *p;
+	int fd, field = 3;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ESRCH ? -ESRCH : -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return n < 0 && errno != ESRCH ? -errno : -ESRCH;
+	buf[n] = 0;
+	p = strrchr(buf, ')'); /* comm may hold spaces and parens */
+	if (!p || p[1] != ' ' || !p[2])
+		return -EINVAL;
+	p += 2;
+	if (state)
+		*state = *p;
+	/* p is at field 3; the start time is field 22 */
+	for (; *p && field < 22; p++)
+		if (*p == ' ')
+			field++;
+	if (starttime && (field != 22 || sscanf(p, "%llu", starttime) != 1))
+		return -EINVAL;
+	return 0;
+}
+
 int proc_exe_path(pid_t pid, char *buf, size_t len)
 {
 	char link[64];

@@ -21,6 +21,12 @@ int proc_exe_path(pid_t pid, char *buf, size_t len);
  * the field is missing. */
 int proc_status_field(pid_t pid, const char *name, long *value);
 
+/* The state letter (field 3: 'R', 'S', 'Z', ...) and the start time (field
+ * 22, clock ticks after boot) of /proc/PID/stat (proc(5)); either pointer
+ * may be NULL.  Returns 0, -ESRCH (no such process), or another -errno or
+ * -EINVAL when the file cannot be read or parsed (e.g. -EMFILE). */
+int proc_stat(pid_t pid, char *state, unsigned long long *starttime);
+
 /* True if `pid` names a thread-group leader (a process, not a thread id). */
 int proc_is_process(pid_t pid);
 

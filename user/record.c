@@ -440,23 +440,15 @@ static int write_report(const struct record_opts *o, const struct profile *prof,
 /* The target has exited (a launched child: it is a zombie, not yet reaped). */
 static bool target_gone(const struct target *t)
 {
-	char path[64], state = 0, buf[512];
-	FILE *f;
+	char state = 0;
+	int ret;
 
 	if (kill(t->pid, 0) < 0 && errno == ESRCH)
 		return true;
-	snprintf(path, sizeof(path), "/proc/%d/stat", t->pid);
-	f = fopen(path, "r");
-	if (!f)
-		return errno == ENOENT || errno == ESRCH; /* not for want of descriptors */
-	if (fgets(buf, sizeof(buf), f)) {
-		char *p = strrchr(buf, ')'); /* comm may hold spaces and parens */
-
-		if (p && p[1] == ' ')
-			state = p[2];
-	}
-	fclose(f);
-	return state == 'Z' || state == 'X';
+	ret = proc_stat(t->pid, &state, NULL);
+	if (ret == -ESRCH)
+		return true;
+	return ret == 0 && (state == 'Z' || state == 'X'); /* not gone for want of descriptors */
 }
 
 /* The resident-memory part of the report's header, from the intake's
@@ -608,21 +600,8 @@ static int write_snapshot(struct intake *in, const char *what, const char *path,
 	return ret;
 }
 
-static void serve_send(struct intake *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void serve_send(struct intake *in, const char *fmt, ...)
-{
-	char buf[8192];
-	va_list ap;
-	int n;
-
-	if (!in->o->serve)
-		return;
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		send(in->o->serve_fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-}
+/* A message to the service, if this is a worker (serve.h). */
+#define serve_send(in, ...) ((in)->o->serve ? (void)serve_sendf((in)->o->serve_fd, __VA_ARGS__) : (void)0)
 
 /* The periodic pair: OUTDIR/heap-STAMP.pb.gz and census-STAMP.txt. */
 static void write_periodic(struct intake *in, const char *tag, const char *reason)
@@ -635,20 +614,20 @@ static void write_periodic(struct intake *in, const char *tag, const char *reaso
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
 	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%S", &tm);
-	snprintf(path, sizeof(path), "%s/heap-%s.%03ldZ%s.pb.gz", in->o->outdir, stamp, ts.tv_nsec / 1000000, tag);
-	ret = write_snapshot(in, "heap", path, reason);
-	if (ret < 0)
-		fprintf(stderr, "camlheap: PID %d: cannot write %s: %s\n", in->pid, path, strerror(-ret));
-	else
-		serve_send(in, "wrote %s", path);
-	if (!in->meta->census_on)
-		return;
-	snprintf(path, sizeof(path), "%s/census-%s.%03ldZ%s.txt", in->o->outdir, stamp, ts.tv_nsec / 1000000, tag);
-	ret = write_snapshot(in, "census", path, reason);
-	if (ret < 0)
-		fprintf(stderr, "camlheap: PID %d: cannot write %s: %s\n", in->pid, path, strerror(-ret));
-	else
-		serve_send(in, "wrote %s", path);
+	for (int i = 0; i < 2; i++) {
+		/* the heap profile, then (with the census) the census */
+		static const char *const what[] = { "heap", "census" }, *const ext[] = { ".pb.gz", ".txt" };
+
+		if (i == 1 && !in->meta->census_on)
+			break;
+		snprintf(path, sizeof(path), "%s/%s-%s.%03ldZ%s%s", in->o->outdir, what[i], stamp, ts.tv_nsec / 1000000,
+			 tag, ext[i]);
+		ret = write_snapshot(in, what[i], path, reason);
+		if (ret < 0)
+			fprintf(stderr, "camlheap: PID %d: cannot write %s: %s\n", in->pid, path, strerror(-ret));
+		else
+			serve_send(in, "wrote %s", path);
+	}
 }
 
 static void trace_finish(struct intake *in, const char *reason)

@@ -1,6 +1,7 @@
 /* report.c -- see report.h. */
 #define _GNU_SOURCE
 #include "report.h"
+#include "jsonw.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1068,27 +1069,6 @@ static void json_interval(JsonBuilder *jb, const struct profile *p, uint64_t sam
 	json_builder_add_double_value(jb, hi / p->rate * 8.0);
 	json_builder_end_array(jb);
 	json_builder_end_object(jb);
-}
-
-static void json_member_int(JsonBuilder *jb, const char *name, int64_t v)
-{
-	json_builder_set_member_name(jb, name);
-	json_builder_add_int_value(jb, v);
-}
-
-static void json_member_str(JsonBuilder *jb, const char *name, const char *v)
-{
-	json_builder_set_member_name(jb, name);
-	if (v)
-		json_builder_add_string_value(jb, v);
-	else
-		json_builder_add_null_value(jb);
-}
-
-static void json_member_double(JsonBuilder *jb, const char *name, double v)
-{
-	json_builder_set_member_name(jb, name);
-	json_builder_add_double_value(jb, v);
 }
 
 int report_write_json(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)

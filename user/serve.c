@@ -38,6 +38,8 @@
 
 #include "camlheap.h"
 #include "discover.skel.h"
+#include "proc.h"
+#include "jsonw.h"
 
 #define MAX_EXITED 256 /* exited processes kept in /targets */
 
@@ -183,23 +185,7 @@ static int read_file(const char *path, char *buf, size_t len)
 
 static int proc_starttime(pid_t pid, unsigned long long *st)
 {
-	char path[64], buf[1024], *p;
-	int field = 3;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	if (read_file(path, buf, sizeof(buf)) < 0)
-		return -ESRCH;
-	p = strrchr(buf, ')');
-	if (!p)
-		return -EINVAL;
-	p += 2;
-	/* p is at field 3 (state); starttime is field 22 */
-	for (; *p && field < 22; p++)
-		if (*p == ' ')
-			field++;
-	if (field != 22 || sscanf(p, "%llu", st) != 1)
-		return -EINVAL;
-	return 0;
+	return proc_stat(pid, NULL, st);
 }
 
 /* The cgroup v2 path of PID ("/system.slice/foo.service"), or -errno. */
@@ -360,21 +346,8 @@ static double effective_budget(const struct serve_target *t)
 	return b;
 }
 
-static void send_msg(struct worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void send_msg(struct worker *w, const char *fmt, ...)
-{
-	char buf[8192];
-	va_list ap;
-	int n;
-
-	if (w->fd < 0)
-		return;
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n > 0 && (size_t)n < sizeof(buf))
-		send(w->fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-}
+/* A message to worker w (nothing once its socket is closed). */
+#define send_msg(w, ...) ((w)->fd >= 0 ? (void)serve_sendf((w)->fd, __VA_ARGS__) : (void)0)
 
 static void rebalance_budgets(void)
 {
@@ -587,15 +560,10 @@ static void poll_pidfiles(void)
  * yet), or its PID is another process's now. */
 static bool process_gone(pid_t pid, unsigned long long starttime)
 {
-	char path[64], buf[1024], *p;
 	unsigned long long st;
+	char state;
 
-	if (proc_starttime(pid, &st) < 0 || st != starttime)
-		return true;
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	if (read_file(path, buf, sizeof(buf)) < 0 || !(p = strrchr(buf, ')')))
-		return true;
-	return p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+	return proc_stat(pid, &state, &st) < 0 || st != starttime || state == 'Z' || state == 'X';
 }
 
 static int on_exec_event(void *ctx, void *data, size_t size)
@@ -1211,27 +1179,6 @@ static enum MHD_Result serve_memtrace(struct MHD_Connection *c)
 	return reply_fd(c, fd, "application/octet-stream", name);
 }
 
-static void json_str(JsonBuilder *b, const char *k, const char *v)
-{
-	json_builder_set_member_name(b, k);
-	if (v)
-		json_builder_add_string_value(b, v);
-	else
-		json_builder_add_null_value(b);
-}
-
-static void json_num(JsonBuilder *b, const char *k, double v)
-{
-	json_builder_set_member_name(b, k);
-	json_builder_add_double_value(b, v);
-}
-
-static void json_int(JsonBuilder *b, const char *k, int64_t v)
-{
-	json_builder_set_member_name(b, k);
-	json_builder_add_int_value(b, v);
-}
-
 /* /targets (under S.lk) */
 static GString *targets_json(void)
 {
@@ -1244,14 +1191,14 @@ static GString *targets_json(void)
 	json_builder_begin_object(b);
 	json_builder_set_member_name(b, "service");
 	json_builder_begin_object(b);
-	json_int(b, "pid", getpid());
-	json_str(b, "config", S.config_path);
-	json_num(b, "started_unix", S.start_unix);
-	json_str(b, "output", S.cfg.output);
-	json_num(b, "interval_s", S.cfg.interval_s);
-	json_num(b, "host_budget", S.cfg.host_budget);
-	json_int(b, "processes_followed", S.active);
-	json_int(b, "execs_seen", (int64_t)S.execs_seen);
+	json_member_int(b, "pid", getpid());
+	json_member_str(b, "config", S.config_path);
+	json_member_double(b, "started_unix", S.start_unix);
+	json_member_str(b, "output", S.cfg.output);
+	json_member_double(b, "interval_s", S.cfg.interval_s);
+	json_member_double(b, "host_budget", S.cfg.host_budget);
+	json_member_int(b, "processes_followed", S.active);
+	json_member_int(b, "execs_seen", (int64_t)S.execs_seen);
 	json_builder_end_object(b);
 	json_builder_set_member_name(b, "targets");
 	json_builder_begin_array(b);
@@ -1259,43 +1206,43 @@ static GString *targets_json(void)
 		const struct serve_target *t = &S.cfg.targets[i];
 
 		json_builder_begin_object(b);
-		json_str(b, "name", t->name);
-		json_str(b, "exe", t->exe);
-		json_str(b, "unit", t->unit);
-		json_str(b, "cgroup", t->cgroup);
-		json_str(b, "pidfile", t->pidfile);
-		json_num(b, "rate", t->rate);
-		json_num(b, "budget", t->budget);
-		json_num(b, "effective_budget", effective_budget(t));
+		json_member_str(b, "name", t->name);
+		json_member_str(b, "exe", t->exe);
+		json_member_str(b, "unit", t->unit);
+		json_member_str(b, "cgroup", t->cgroup);
+		json_member_str(b, "pidfile", t->pidfile);
+		json_member_double(b, "rate", t->rate);
+		json_member_double(b, "budget", t->budget);
+		json_member_double(b, "effective_budget", effective_budget(t));
 		json_builder_set_member_name(b, "processes");
 		json_builder_begin_array(b);
 		for (struct worker *w = S.workers; w; w = w->next) {
 			if (strcmp(w->target, t->name))
 				continue;
 			json_builder_begin_object(b);
-			json_int(b, "pid", w->pid);
-			json_str(b, "state", wstate_names[w->state]);
-			json_str(b, "ocaml_version", w->version[0] ? w->version : NULL);
-			json_str(b, "executor", w->executor[0] ? w->executor : NULL);
-			json_num(b, "followed_since_unix", w->started);
+			json_member_int(b, "pid", w->pid);
+			json_member_str(b, "state", wstate_names[w->state]);
+			json_member_str(b, "ocaml_version", w->version[0] ? w->version : NULL);
+			json_member_str(b, "executor", w->executor[0] ? w->executor : NULL);
+			json_member_double(b, "followed_since_unix", w->started);
 			if (w->ended > 0)
-				json_num(b, "ended_unix", w->ended);
-			json_num(b, "rate", w->lambda);
-			json_int(b, "rate_shift", w->shift);
-			json_num(b, "lambda_in_force", ldexp(w->lambda, -(int)w->shift));
-			json_int(b, "samples", (int64_t)w->samples);
-			json_num(b, "samples_per_second", w->sample_rate);
-			json_int(b, "dropped_events", (int64_t)w->dropped);
-			json_int(b, "executor_stops", (int64_t)w->stops);
-			json_num(b, "executor_stops_per_second", w->stop_rate);
-			json_num(b, "overhead_ratio", w->overhead_ratio);
-			json_num(b, "worker_cpu_s", (double)w->cpu_ns * 1e-9);
-			json_num(b, "live_bytes_estimate", w->lambda > 0 ? (double)w->live / w->lambda * 8.0 : 0);
-			json_int(b, "resident_bytes", (int64_t)w->rss_kib * 1024);
-			json_int(b, "files_written", (int64_t)w->files);
-			json_str(b, "directory", w->dir);
-			json_str(b, "last_heap_profile", w->last_heap[0] ? w->last_heap : NULL);
-			json_str(b, "message", w->message[0] ? w->message : NULL);
+				json_member_double(b, "ended_unix", w->ended);
+			json_member_double(b, "rate", w->lambda);
+			json_member_int(b, "rate_shift", w->shift);
+			json_member_double(b, "lambda_in_force", ldexp(w->lambda, -(int)w->shift));
+			json_member_int(b, "samples", (int64_t)w->samples);
+			json_member_double(b, "samples_per_second", w->sample_rate);
+			json_member_int(b, "dropped_events", (int64_t)w->dropped);
+			json_member_int(b, "executor_stops", (int64_t)w->stops);
+			json_member_double(b, "executor_stops_per_second", w->stop_rate);
+			json_member_double(b, "overhead_ratio", w->overhead_ratio);
+			json_member_double(b, "worker_cpu_s", (double)w->cpu_ns * 1e-9);
+			json_member_double(b, "live_bytes_estimate", w->lambda > 0 ? (double)w->live / w->lambda * 8.0 : 0);
+			json_member_int(b, "resident_bytes", (int64_t)w->rss_kib * 1024);
+			json_member_int(b, "files_written", (int64_t)w->files);
+			json_member_str(b, "directory", w->dir);
+			json_member_str(b, "last_heap_profile", w->last_heap[0] ? w->last_heap : NULL);
+			json_member_str(b, "message", w->message[0] ? w->message : NULL);
 			json_builder_end_object(b);
 		}
 		json_builder_end_array(b);

@@ -83,6 +83,12 @@ int serve_run(const char *config_path, double interval_s);
  * table.  Returns 0, or 1 with a message if the service cannot be reached. */
 int serve_status(const char *socket, const char *url, bool json);
 
+/* Send one protocol message (printf-formatted) on `fd`, a SOCK_SEQPACKET
+ * socket, without blocking and without SIGPIPE.  Returns 0, -EMSGSIZE (over
+ * 8191 bytes: nothing sent) or -errno (EAGAIN: the peer's queue is full,
+ * the message is dropped). */
+int serve_sendf(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Worker side (record.c): parse one service command.  Returns 0 and fills
  * the fields, or -EINVAL. */
 struct serve_cmd {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <glib.h>
@@ -357,6 +358,20 @@ out:
 	if (ret < 0)
 		serve_config_free(c);
 	return ret;
+}
+
+int serve_sendf(int fd, const char *fmt, ...)
+{
+	char buf[8192];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n <= 0 || (size_t)n >= sizeof(buf))
+		return -EMSGSIZE;
+	return send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -errno : 0;
 }
 
 int serve_parse_cmd(const char *msg, size_t len, struct serve_cmd *c)
