@@ -19,7 +19,8 @@ DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-
             ocaml-nox python3 python3-pyelftools procps util-linux strace \
             protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libjson-glib-dev \
             libclang-rt-14-dev libdevel-nytprof-perl chromium libxml2-utils gdb \
-            libmicrohttpd-dev libsystemd-dev libcurl4-openssl-dev curl systemd python3-prometheus-client help2man
+            libmicrohttpd-dev libsystemd-dev libcurl4-openssl-dev curl systemd python3-prometheus-client help2man \
+            libncurses-dev tmux
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD) \
@@ -27,7 +28,7 @@ CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncatio
 # Recursive (=): pkg-config runs in recipes, after `deps` installed it.
 CFLAGS   += $(shell pkg-config --cflags glib-2.0 json-glib-1.0 libmicrohttpd libsystemd libcurl 2>/dev/null)
 LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread -lprotobuf-c \
-           $(shell pkg-config --libs glib-2.0 json-glib-1.0 libmicrohttpd libsystemd libcurl 2>/dev/null)
+           $(shell pkg-config --libs glib-2.0 json-glib-1.0 libmicrohttpd libsystemd libcurl ncursesw 2>/dev/null)
 
 BPF_CFLAGS := -O2 -g -target bpf -mcpu=v3 -D__TARGET_ARCH_x86 -I. -Iinclude -Wall -Wno-unused-function
 

@@ -633,6 +633,7 @@ static void usage(FILE *f)
 		   "Commands:\n"
 		   "  record   sample a running (-p PID) or launched (-- CMD ARGS) native OCaml program\n"
 		   "  census   what is alive in a running program's heap, by allocation site, and leak suspects\n"
+		   "  top      a live view of a running program's allocations (interactive, or --batch)\n"
 		   "  report   render a recording (record -o FILE, or a memtrace trace): text, pprof, svg, ...\n"
 		   "  diff     compare two recordings, site by site, with a significance flag\n"
 		   "  dump-trace  print every event of a recording, one per line\n"
@@ -785,6 +786,153 @@ static int status_command(int argc, char **argv)
 	return serve_status(o.url ? NULL : o.socket, o.url, o.json);
 }
 
+static const char top_doc[] =
+	"A live view of a running native OCaml program's allocations, refreshed every second: per allocation "
+	"site (or call-tree node), bytes allocated per second with a 95 % bound, live bytes, their trend over "
+	"the last minutes and median age; the heap, the resident set, the GC's pace.  Keys (h lists them): "
+	"sort by a column (a l g o s, < >), t flat sites / call tree, / filter, f freeze, w write pprof, "
+	"m write memtrace, q detach.  The program runs on unaffected when camlheap top ends, however it ends.  "
+	"When stdout is not a terminal, or with --batch, refreshes are printed as text (like top -b).\n"
+	"\n"
+	"  camlheap top -p PID [-d SECONDS] [OPTIONS]\n"
+	"  camlheap top -p PID --batch -n 10 [--rows N] [--sort WHAT] [--tree] > top.txt";
+
+enum { OPT_TOP_ROWS = 0x200, OPT_TOP_WINDOW, OPT_TOP_TREND, OPT_TOP_SORT, OPT_TOP_REVERSE, OPT_TOP_TREE,
+       OPT_TOP_FILTER, OPT_TOP_TRACE_LIMIT, OPT_TOP_DURATION };
+
+static const struct argp_option top_options[] = {
+	{ "pid", 'p', "PID", 0, "The running process (required)", 0 },
+	{ "delay", 'd', "SECONDS", 0, "Refresh every SECONDS (default 1)", 0 },
+	{ "batch", 'b', NULL, 0, "Print refreshes as text on stdout (the default when stdout is not a terminal)", 0 },
+	{ "iterations", 'n', "N", 0, "Stop (and detach) after N refreshes", 0 },
+	{ "rows", OPT_TOP_ROWS, "N", 0, "Batch: rows per refresh (default 30; 0: all)", 0 },
+	{ "window", OPT_TOP_WINDOW, "SECONDS", 0, "Allocation rates over the last SECONDS (default 5; at least the delay)", 0 },
+	{ "trend", OPT_TOP_TREND, "SECONDS", 0, "Live trend (sparkline, growth) over the last SECONDS (default 120)", 0 },
+	{ "sort", OPT_TOP_SORT, "WHAT", 0, "alloc (default), live, growth, age or site", 0 },
+	{ "reverse", OPT_TOP_REVERSE, NULL, 0, "Sort the other way", 0 },
+	{ "tree", OPT_TOP_TREE, NULL, 0, "Start with the call tree (batch: print it, fully expanded)", 0 },
+	{ "filter", OPT_TOP_FILTER, "TEXT", 0, "Only rows whose name contains TEXT (case-insensitive)", 0 },
+	{ "trace-limit", OPT_TOP_TRACE_LIMIT, "MIB", 0,
+	  "The recording kept for the m key (a memtrace of everything since attach, in $TMPDIR, unlinked) is "
+	  "dropped past MIB mebibytes (default 256; 0: keep none)",
+	  0 },
+	{ "duration", OPT_TOP_DURATION, "SECONDS", 0, "Stop (and detach) after SECONDS", 0 },
+	{ "rate", 'r', "LAMBDA", 0, "Samples per allocated word, 0 < LAMBDA <= 1 (default 1e-5)", 0 },
+	{ "executor", OPT_EXECUTOR, "WHICH", 0, "As for record: auto, kernel, ptrace or observe", 0 },
+	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
+	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default 262144)", 0 },
+	{ "no-census", OPT_NO_CENSUS, NULL, 0, "Do not follow sampled blocks (no LIVE, TREND, AGE)", 0 },
+	{ "malloc", OPT_MALLOC, NULL, 0, "As for record: the program's own malloc and anonymous mmap too", 0 },
+	{ "budget", OPT_BUDGET, "SAMPLES_PER_S", 0, "As for record: keep at most this many samples per second", 0 },
+	{ 0 }
+};
+
+struct top_cli {
+	struct record_opts r;
+	struct top_opts t;
+};
+
+static error_t top_parse(int key, char *arg, struct argp_state *state)
+{
+	struct top_cli *c = state->input;
+	double d;
+	long v;
+
+	switch (key) {
+	case 'd':
+		if (parse_double(arg, &c->t.delay_s) || !(c->t.delay_s >= 0.1 && c->t.delay_s <= 3600))
+			argp_error(state, "invalid delay '%s': seconds, 0.1 to 3600", arg);
+		break;
+	case 'b':
+		c->t.batch = true;
+		break;
+	case 'n':
+		if (parse_long(arg, &v) || v < 1)
+			argp_error(state, "invalid --iterations '%s': a number of refreshes, >= 1", arg);
+		c->t.iterations = v;
+		break;
+	case OPT_TOP_ROWS:
+		if (parse_long(arg, &v) || v < 0 || v > 1000000)
+			argp_error(state, "invalid --rows '%s' (0..1000000; 0: all)", arg);
+		c->t.rows = (int)v;
+		break;
+	case OPT_TOP_WINDOW:
+		if (parse_double(arg, &c->t.window_s) || !(c->t.window_s > 0 && c->t.window_s <= 86400))
+			argp_error(state, "invalid --window '%s': seconds, > 0", arg);
+		break;
+	case OPT_TOP_TREND:
+		if (parse_double(arg, &c->t.trend_s) || !(c->t.trend_s > 0 && c->t.trend_s <= 86400))
+			argp_error(state, "invalid --trend '%s': seconds, > 0", arg);
+		break;
+	case OPT_TOP_SORT:
+		if (top_parse_sort(arg, &c->t.sort) < 0)
+			argp_error(state, "unknown --sort '%s' (alloc, live, growth, age or site)", arg);
+		break;
+	case OPT_TOP_REVERSE:
+		c->t.reverse = true;
+		break;
+	case OPT_TOP_TREE:
+		c->t.tree = true;
+		break;
+	case OPT_TOP_FILTER:
+		c->t.filter = arg;
+		break;
+	case OPT_TOP_TRACE_LIMIT:
+		if (parse_double(arg, &d) || !(d >= 0))
+			argp_error(state, "invalid --trace-limit '%s': mebibytes, >= 0", arg);
+		c->t.trace_limit_mib = d;
+		break;
+	case OPT_TOP_DURATION:
+		if (parse_double(arg, &c->r.duration_s) || !(c->r.duration_s > 0))
+			argp_error(state, "invalid duration '%s': seconds, > 0", arg);
+		break;
+	case 'p': case 'r': case OPT_EXECUTOR: case OPT_MAX_DEPTH: case OPT_MAX_TRACKED: case OPT_NO_CENSUS:
+	case OPT_MALLOC: case OPT_BUDGET: {
+		struct argp_state sub = *state;
+
+		sub.input = &c->r;
+		return record_parse(key, arg, &sub);
+	}
+	case ARGP_KEY_ARG:
+		argp_error(state, "camlheap top attaches to a running process (-p PID); it runs no command");
+		break;
+	case ARGP_KEY_END:
+		if (!c->r.pid)
+			argp_error(state, "give the process to watch: -p PID");
+		if (c->t.sort == TOP_SORT_GROWTH || c->t.sort == TOP_SORT_LIVE || c->t.sort == TOP_SORT_AGE) {
+			if (c->r.no_census)
+				argp_error(state, "--no-census gives no live figures: sort by alloc or site");
+		}
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static int top_command(int argc, char **argv)
+{
+	struct top_cli c = {
+		.r = { .rate = 1e-5, .top = 20, .max_frames = CH_DEFAULT_FRAMES, .format = REPORT_TEXT },
+		.t = { .delay_s = 1.0, .window_s = 5.0, .trend_s = 120.0, .rows = 30, .trace_limit_mib = 256 },
+	};
+	struct argp argp = { top_options, top_parse, NULL, top_doc, NULL, NULL, NULL };
+
+	argv[1] = "camlheap top";
+	if (argp_parse(&argp, argc - 1, argv + 1, 0, NULL, &c))
+		return 2;
+	if (!c.t.batch && (!isatty(STDOUT_FILENO) || !isatty(STDIN_FILENO))) {
+		if (isatty(STDOUT_FILENO))
+			fprintf(stderr, "camlheap: stdin is not a terminal (no keys can be read): printing refreshes "
+					"as text (--batch)\n");
+		c.t.batch = true;
+	}
+	if (c.t.window_s < c.t.delay_s)
+		c.t.window_s = c.t.delay_s;
+	c.r.topo = &c.t;
+	return record_run(&c.r);
+}
+
 /* `record` and `census` share their options and their run. */
 static int record_command(int argc, char **argv, bool census)
 {
@@ -830,6 +978,8 @@ int main(int argc, char **argv)
 		return record_command(argc, argv, true);
 	if (!strcmp(argv[1], "report"))
 		return report_command(argc, argv);
+	if (!strcmp(argv[1], "top"))
+		return top_command(argc, argv);
 	if (!strcmp(argv[1], "serve"))
 		return serve_command(argc, argv);
 	if (!strcmp(argv[1], "status"))

@@ -613,6 +613,9 @@ int mt_writer_finish(struct mt_writer *w, const struct mt_info *info, FILE *out)
 		return -(errno ? errno : EIO);
 	if (ferror(w->body))
 		return -EIO;
+	/* more events may follow (a copy written while recording) */
+	if (fseeko(w->body, 0, SEEK_END) < 0)
+		return -errno;
 	return 0;
 }
 

@@ -118,7 +118,8 @@ uint64_t mt_writer_last_us(const struct mt_writer *w);
  * trace_info packet from `info` (its start_us and pid must be the
  * writer's), then the body.  `info->context` must fit the first packet
  * (under 32 KiB with the other strings): -E2BIG otherwise.  Returns 0 or
- * -errno.  The writer must still be freed. */
+ * -errno.  The writer must still be freed; it may also go on taking
+ * events, and a later finish writes them all (a copy while recording). */
 int mt_writer_finish(struct mt_writer *w, const struct mt_info *info, FILE *out);
 void mt_writer_free(struct mt_writer *w);
 

@@ -118,6 +118,11 @@ struct intake {
 	uint64_t trace_id;
 	double trace_start, trace_end;
 	char trace_path[4096];
+	/* camlheap top */
+	struct top *top;
+	char memtrace_off[256];    /* why the view's memtrace key cannot write (in->rec is NULL) */
+	bool top_quit;
+	int top_refreshes;
 };
 
 #define RESIDENT_PERIOD_S 0.1
@@ -746,6 +751,55 @@ static void worker_tick(struct intake *in)
 	}
 }
 
+/* camlheap top: the figures of a refresh (top.h). */
+static void top_status_cb(void *ctx, struct top_status *st)
+{
+	struct intake *in = ctx;
+
+	if (in->smp)
+		sampler_counters(in->smp, st->counters);
+	else
+		memcpy(st->counters, in->meta->counters, sizeof(st->counters));
+	st->shift = in->shift;
+	st->res_valid = in->res_valid;
+	st->rss_kib = in->res.rss_kib;
+	st->heap_words = in->res.heap_words;
+	/* the memtrace kept for the view's m key, within its size limit */
+	if (in->rec && in->o->topo->trace_limit_mib > 0 &&
+	    (double)recording_bytes(in->rec) > in->o->topo->trace_limit_mib * 1048576.0) {
+		recording_free(in->rec);
+		in->rec = NULL;
+		snprintf(in->memtrace_off, sizeof(in->memtrace_off),
+			 "the recording kept for it passed --trace-limit %g MiB after %.0f s and was dropped; w writes "
+			 "pprof, and `camlheap record -o FILE` makes long recordings",
+			 in->o->topo->trace_limit_mib, now_s() - in->t_attached);
+	}
+	st->memtrace_off = in->rec ? NULL : in->memtrace_off;
+}
+
+/* camlheap top's w and m keys: the profile so far to `path`. */
+static int top_write_cb(void *ctx, bool memtrace, const char *path, char *msg, size_t len)
+{
+	struct intake *in = ctx;
+	struct report_meta m;
+	int ret;
+
+	if (outfile_check(path, msg, len) < 0)
+		return -EINVAL;
+	if (!memtrace) {
+		ret = write_snapshot(in, in->meta->census_on ? "heap" : "allocs", path, "written by camlheap top");
+	} else if (!in->rec) {
+		snprintf(msg, len, "%s", in->memtrace_off);
+		return -ENOTSUP;
+	} else {
+		snapshot_meta(in, &m, "written by camlheap top");
+		ret = recording_write(in->rec, path, &m, in->prof, &in->t->mods);
+	}
+	if (ret < 0)
+		snprintf(msg, len, "%s", strerror(-ret));
+	return ret;
+}
+
 /* Consume samples until a stop condition; describe it in reason. */
 static void record_until_stop(const struct record_opts *o, struct target *t, struct sampler *smp,
 			      struct intake *intake, int sigfd, int pidfd, int timerfd, char *reason, size_t len)
@@ -758,21 +812,43 @@ static void record_until_stop(const struct record_opts *o, struct target *t, str
 		read_resident(intake);
 	intake->next_res = now_s() + RESIDENT_PERIOD_S;
 	for (;;) {
-		struct pollfd fds[5] = {
+		struct pollfd fds[6] = {
 			{ .fd = sigfd, .events = POLLIN },
 			{ .fd = pidfd, .events = POLLIN },
 			{ .fd = timerfd, .events = POLLIN },
 			{ .fd = sampler_ring_fd(smp), .events = POLLIN },
 			{ .fd = o->serve ? o->serve_fd : -1, .events = POLLIN },
+			{ .fd = intake->top ? top_input_fd(intake->top) : -1, .events = POLLIN },
 		};
+		int timeout = intake->budget_sps > 0 ? 20 : 100;
 
 		/* Without a pidfd (fd limit, seccomp) exits are seen by polling. */
 		if (pidfd < 0 && target_gone(t)) {
 			snprintf(reason, len, "target exited");
 			break;
 		}
-		poll(fds, 5, intake->budget_sps > 0 ? 20 : 100);
+		if (intake->top) {
+			double due = top_next_refresh(intake->top) - now_s();
+
+			if (due * 1000 < timeout)
+				timeout = due > 0 ? (int)(due * 1000) + 1 : 0;
+		}
+		poll(fds, 6, timeout);
 		sampler_consume(smp);
+		if (intake->top) {
+			if ((fds[5].revents & POLLIN) && top_keys(intake->top)) {
+				snprintf(reason, len, "detached at the user's request (q)");
+				break;
+			}
+			if (fds[5].revents & (POLLHUP | POLLERR)) {
+				snprintf(reason, len, "the terminal closed");
+				break;
+			}
+			if (top_refresh(intake->top, now_s())) {
+				snprintf(reason, len, "%ld refreshes done (--iterations)", o->topo->iterations);
+				break;
+			}
+		}
 		if (fds[4].revents & POLLIN)
 			serve_command(intake);
 		if (fds[4].revents & (POLLHUP | POLLERR)) {
@@ -790,10 +866,24 @@ static void record_until_stop(const struct record_opts *o, struct target *t, str
 		if (fds[0].revents & POLLIN) {
 			struct signalfd_siginfo si;
 
-			if (read(sigfd, &si, sizeof(si)) == sizeof(si))
-				snprintf(reason, len, "stopped by SIG%s%s",
-					 sigabbrev_np((int)si.ssi_signo) ? sigabbrev_np((int)si.ssi_signo) : "?",
-					 si.ssi_signo == SIGINT ? " (Ctrl-C)" : "");
+			if (read(sigfd, &si, sizeof(si)) != sizeof(si))
+				continue;
+			/* camlheap top: the terminal's size changed; ^Z would stop
+			 * camlheap (and, with the ptrace executor, the target) */
+			if (si.ssi_signo == SIGWINCH) {
+				if (intake->top)
+					top_resize(intake->top);
+				continue;
+			}
+			if (si.ssi_signo == SIGTSTP) {
+				if (intake->top)
+					top_say(intake->top, "suspending camlheap top is refused: the target would wait "
+							     "for it; q detaches");
+				continue;
+			}
+			snprintf(reason, len, "stopped by SIG%s%s",
+				 sigabbrev_np((int)si.ssi_signo) ? sigabbrev_np((int)si.ssi_signo) : "?",
+				 si.ssi_signo == SIGINT ? " (Ctrl-C)" : "");
 			break;
 		}
 		if (intake->exec) {
@@ -956,6 +1046,10 @@ int record_run(const struct record_opts *o)
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGHUP);
+	if (o->topo) {
+		sigaddset(&mask, SIGWINCH);
+		sigaddset(&mask, SIGTSTP);
+	}
 	sigprocmask(SIG_BLOCK, &mask, &old_mask);
 	sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
 
@@ -1055,6 +1149,21 @@ int record_run(const struct record_opts *o)
 				 strerror(-ret));
 			goto fail_target;
 		}
+	}
+	if (o->topo && o->topo->trace_limit_mib > 0) {
+		/* kept for the view's m key: its events in an unlinked file */
+		const char *dir = getenv("TMPDIR");
+		char path[4096];
+
+		snprintf(path, sizeof(path), "%s/camlheap-top.ctf", dir && *dir ? dir : "/tmp");
+		ret = recording_new(path, t.pid, cfg.rate, meta.census_on, &intake.rec);
+		if (ret < 0) {
+			intake.rec = NULL;
+			snprintf(intake.memtrace_off, sizeof(intake.memtrace_off),
+				 "cannot keep a recording in %s: %s", path, strerror(-ret));
+		}
+	} else if (o->topo) {
+		snprintf(intake.memtrace_off, sizeof(intake.memtrace_off), "--trace-limit 0: no recording kept");
 	}
 	ret = sampler_open(&cfg, t.ft, on_event, &intake, &smp, msg, sizeof(msg));
 	if (ret < 0)
@@ -1167,7 +1276,31 @@ int record_run(const struct record_opts *o)
 	intake.next_periodic = now_s() + o->interval_s;
 	if (o->serve)
 		serve_send(&intake, "attached %s %s %g", t.rt.version, executor_names[ex], cfg.rate);
-	record_until_stop(o, &t, smp, &intake, sigfd, pidfd, timerfd, reason, sizeof(reason));
+	if (o->topo) {
+		struct top_source src = {
+			.prof = prof,
+			.mods = &t.mods,
+			.pid = t.pid,
+			.exe = t.exe,
+			.ocaml_version = t.rt.version,
+			.executor = executor_names[ex],
+			.census_on = meta.census_on,
+			.ctx = &intake,
+			.status = top_status_cb,
+			.write_profile = top_write_cb,
+		};
+
+		read_resident(&intake);
+		ret = top_new(o->topo, &src, now_s(), &intake.top, msg, sizeof(msg));
+		if (ret < 0) {
+			/* nothing was shown: let go of the target */
+			fprintf(stderr, "camlheap: %s\n", msg);
+			snprintf(reason, sizeof(reason), "no view");
+			exit_code = 2;
+		}
+	}
+	if (!o->topo || intake.top)
+		record_until_stop(o, &t, smp, &intake, sigfd, pidfd, timerfd, reason, sizeof(reason));
 	/* The window ends now: the probes go inert at once (releasing them
 	 * takes the kernel ~1 s, which is not recording time). */
 	sampler_stop_sampling(smp, t.pid);
@@ -1223,7 +1356,24 @@ int record_run(const struct record_opts *o)
 	meta.value = o->value;
 	if (meta.census_on)
 		profile_census_compute(prof);
-	if (o->serve) {
+	if (o->topo) {
+		/* the view's last refresh; if the target ended by itself, its
+		 * figures stay on screen (browsable, writable) until q */
+		intake.px = NULL; /* their figures are in meta now */
+		intake.smp = NULL;
+		if (intake.top) {
+			bool ended = !strncmp(reason, "target", 6);
+
+			top_ended(intake.top, now_s(), reason, ended, sigfd);
+			top_free(intake.top);
+			intake.top = NULL;
+			fprintf(stderr, "camlheap: %s; PID %d watched for %.1f s, %llu samples\n", reason, t.pid,
+				meta.duration_s, (unsigned long long)prof->samples);
+			exit_code = 0;
+		}
+		recording_free(intake.rec);
+		intake.rec = NULL;
+	} else if (o->serve) {
 		/* the last figures, the last pair of files, then the on-demand
 		 * recording */
 		serve_stats_from(&intake, meta.counters, smp, meta.exec_stops, meta.exec_service_s);

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "report.h"
+#include "top.h"
 
 /* --executor: who performs the young_limit writes of minor-heap sampling. */
 enum record_executor {
@@ -47,6 +48,8 @@ struct record_opts {
 	int serve_fd;              /* SOCK_SEQPACKET to the service (protocol: serve.h) */
 	double interval_s;         /* a heap profile and a census into outdir every this many seconds */
 	const char *outdir;        /* the process's directory of periodic profiles */
+	/* `camlheap top` (top.h): the live view instead of a report */
+	const struct top_opts *topo;
 };
 
 /* Run a recording.  Returns the process exit status for camlheap: in launch

@@ -325,6 +325,13 @@ void recording_add(struct recording *rc, const struct profile *p, struct modules
 	}
 }
 
+uint64_t recording_bytes(const struct recording *rc)
+{
+	off_t o = rc && rc->body ? ftello(rc->body) : 0;
+
+	return o > 0 ? (uint64_t)o : 0;
+}
+
 uint64_t recording_allocs(const struct recording *rc) { return rc ? mt_writer_allocs(rc->w) : 0; }
 
 /* ---- metadata (trace_info context) ----------------------------------- */
@@ -450,6 +457,12 @@ static char *meta_json(const struct recording *rc, const struct report_meta *m, 
 int recording_finish(struct recording *rc, const struct report_meta *m, const struct profile *p,
 		     struct modules *mods)
 {
+	return recording_write(rc, rc->output, m, p, mods);
+}
+
+int recording_write(struct recording *rc, const char *path, const struct report_meta *m, const struct profile *p,
+		    struct modules *mods)
+{
 	char build_id[128] = "", host[256] = "";
 	struct outfile out;
 	int ret;
@@ -475,7 +488,7 @@ int recording_finish(struct recording *rc, const struct report_meta *m, const st
 	};
 
 	g_free(json);
-	ret = outfile_open(&out, rc->output);
+	ret = outfile_open(&out, path);
 	if (ret == 0) {
 		ret = mt_writer_finish(rc->w, &info, out.f);
 		if (ret < 0)

@@ -58,6 +58,17 @@ void recording_add(struct recording *rc, const struct profile *p, struct modules
 int recording_finish(struct recording *rc, const struct report_meta *m, const struct profile *p,
 		     struct modules *mods);
 
+/* The same file as recording_finish, but to `path` and as of now: the
+ * recording goes on, and a later recording_write or recording_finish
+ * holds everything since its start (`camlheap top`'s memtrace key).
+ * Returns 0 or -errno (`path` is then untouched). */
+int recording_write(struct recording *rc, const char *path, const struct report_meta *m, const struct profile *p,
+		    struct modules *mods);
+
+/* Bytes of events written so far (the body, without the packet being
+ * filled). */
+uint64_t recording_bytes(const struct recording *rc);
+
 /* Events written, for the closing message. */
 uint64_t recording_allocs(const struct recording *rc);
 void recording_free(struct recording *rc);
