@@ -104,8 +104,11 @@ def header_figure(block, pattern):
 def test_batch_estimates_match_the_fixtures_allocation():
     """Stdout a pipe: batch output without --batch; the last refresh (the
     target's end) holds every sample; TOTAL per site within the binomial
-    bound of the fixture's own count."""
-    fx = chtest.Waiting("alloc_major")
+    bound of the fixture's own count, and within the two-sample bound of
+    the Gc.Memprof the fixture runs on itself at the same rate (both
+    sample the same words independently: (n1 - n2) / sqrt(n1 + n2) is
+    about standard normal)."""
+    fx = chtest.Waiting("alloc_major", ["memprof=%g" % RATE])
     top = subprocess.Popen([CAMLHEAP, "top", "-p", str(fx.pid), "--rate", repr(RATE), "-d", "0.3", "--rows", "0"],
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -137,6 +140,9 @@ def test_batch_estimates_match_the_fixtures_allocation():
         mean, sd = words * RATE, math.sqrt(words * RATE * (1 - RATE))
         assert abs(est - mean) <= Z * sd + slack, \
             "%s: TOTAL %s = %.0f samples, expected %.0f +- %.0f" % (site, rows[0]["total_text"], est, mean, Z * sd)
+        mp = int(re.search(r"^MEMPROF %s (\d+)$" % re.escape(site), out_fx, re.M).group(1))
+        assert abs(est - mp) <= Z * math.sqrt(est + mp) + slack, \
+            "%s: camlheap top %.0f samples vs Gc.Memprof %d" % (site, est, mp)
     # every refresh's rates carry a bound; the header's rate is their sum
     for b in blocks:
         for r in b["rows"]:
