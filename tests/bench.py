@@ -22,13 +22,14 @@ Runs are interleaved (every configuration once, then again ...) so that
 drift in the machine's speed hits every configuration alike; medians of
 REPEAT runs.  Then the census's own cost (bench_census).  Environment:
 REPEAT (default 5), ITEMS (generated module size, default 1000),
-BENCH_ONLY=census, recording, malloc or ocaml5 (only that part).  The malloc
+BENCH_ONLY=census, recording, malloc, top or ocaml5 (only that part).  The malloc
 part: what --malloc costs per libc call (a C stub doing malloc(64)/free
 pairs) and on ocamlopt.opt, against the same recording without it.  The ocaml5 part:
 OCaml 5.3 fixtures (built with tests/toolchains.py), one domain and four,
 where every minor-heap write stops the whole process.  The recording part: what
 writing the recording file costs camlheap (CPU, peak RSS) against the text
-report alone, the file's size per sample, and `camlheap report` on it.
+report alone, the file's size per sample, and `camlheap report` on it.  The top
+part: `camlheap top --batch` against `record`, both attached to ocamlopt.opt.
 """
 import os
 import re
@@ -309,6 +310,48 @@ def bench_ocaml5():
           [os.path.join(fixtures, "domains"), "n=20000"], only=only)
 
 
+def bench_top():
+    """camlheap top (batch, refreshed every second) against record on the
+    same workload, both attached with -p to ocamlopt.opt as soon as it
+    starts, at 1e-4: the target's wall time (ratio to a plain run) and
+    camlheap's own CPU time and peak RSS (wait4); median of REPEAT runs,
+    interleaved."""
+    d, clean = ocamlopt_workdir()
+    cmd = ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"]
+    runs = {"plain": [], "record -p": [], "top -p --batch": []}
+    for _ in range(REPEAT):
+        for conf in runs:
+            clean()
+            t0 = time.perf_counter()
+            target = subprocess.Popen(cmd, cwd=d)
+            prof = None
+            if conf == "record -p":
+                argv = [chtest.CAMLHEAP, "record", "-p", str(target.pid), "--rate", "1e-4", "-o",
+                        os.path.join(d, "r.txt")]
+            elif conf != "plain":
+                argv = [chtest.CAMLHEAP, "top", "-p", str(target.pid), "--rate", "1e-4", "--batch", "--rows", "20"]
+            if conf != "plain":
+                prof = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+            assert target.wait() == 0
+            wall = time.perf_counter() - t0
+            cpu = rss = 0.0
+            if prof:
+                _, status, ru = os.wait4(prof.pid, 0)
+                prof.returncode = os.waitstatus_to_exitcode(status)
+                assert prof.returncode == 0, (conf, prof.returncode)
+                cpu, rss = ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
+            runs[conf].append((wall, cpu, rss))
+    base = statistics.median(w for w, _, _ in runs["plain"])
+    print("\ncamlheap top vs record (ocamlopt.opt -g -c big.ml, rate 1e-4, attached at start; median of %d, "
+          "interleaved; plain %.3f s)" % (REPEAT, base))
+    print("  %-16s %9s %7s %14s %12s" % ("config", "target s", "ratio", "camlheap CPU s", "camlheap MiB"))
+    for conf in ("record -p", "top -p --batch"):
+        w = statistics.median(x[0] for x in runs[conf])
+        print("  %-16s %9.3f %7.3f %14.2f %12.1f" % (conf, w, w / base, statistics.median(x[1] for x in runs[conf]),
+                                                    statistics.median(x[2] for x in runs[conf])))
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
@@ -324,6 +367,9 @@ def main():
     if os.environ.get("BENCH_ONLY") == "ocaml5":
         bench_ocaml5()
         return
+    if os.environ.get("BENCH_ONLY") == "top":
+        bench_top()
+        return
     if os.environ.get("BENCH_ONLY") == "malloc":
         bench_malloc()
         return
@@ -337,6 +383,7 @@ def main():
     bench_census()
     bench_recording(d)
     bench_malloc()
+    bench_top()
     bench_ocaml5()
 
 
