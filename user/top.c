@@ -1377,10 +1377,10 @@ int top_new(const struct top_opts *o, const struct top_source *src, double now, 
 	t->o = *o;
 	t->src = *src;
 	t->o.delay_s = delay;
-	t->W = (unsigned)fmax(1, lround((o->window_s > 0 ? o->window_s : 5.0) / delay));
-	t->H = (unsigned)fmax(t->W, lround((o->trend_s > 0 ? o->trend_s : 120.0) / delay)) + 1;
-	if (t->H > 100000)
-		t->H = 100000;
+	/* memory: W+1 numbers per site, H per row; longer spans than these
+	 * caps are cut (the header says the spans in force) */
+	t->W = (unsigned)fmin(600, fmax(1, lround((o->window_s > 0 ? o->window_s : 5.0) / delay)));
+	t->H = (unsigned)fmin(3600, fmax(t->W, lround((o->trend_s > 0 ? o->trend_s : 120.0) / delay))) + 1;
 	t->o.trend_s = (t->H - 1) * delay;
 	t->times = g_new0(double, t->H);
 	t->g_alloc = g_new0(double, t->H);
