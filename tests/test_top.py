@@ -163,7 +163,7 @@ def test_batch_rates_of_equal_sites_agree_within_their_bounds():
         blocks = parse_batch(p.stdout.decode())
         assert len(blocks) == 10, len(blocks)
         last = blocks[-1]
-        assert "rates over 4 s" in last["header"][3], last["header"]
+        assert "rates over 4.0 s" in last["header"][3], last["header"]
         names = [r["name"] for r in last["rows"]]
         assert names[0].startswith("Leak.churn_young ("), names
         prom = [r for r in last["rows"] if r["name"].startswith("Leak.churn_promoted (")][0]
@@ -179,6 +179,21 @@ def test_batch_rates_of_equal_sites_agree_within_their_bounds():
         assert last["rows"][0]["growth"] > 0, last["rows"][0]["raw"]
         lives = [r["live"] for r in last["rows"]]
         assert lives == sorted(lives, reverse=True), lives
+        # the header's live growth is the rows' (not the heap's)
+        g = parse_bytes(header_figure(last, r"Live \S+ \S+ \((\S+)/s\)"))
+        rows_g = sum(r["growth"] for r in last["rows"])
+        assert abs(g - rows_g) <= 0.1 * abs(rows_g) + 1024 * len(last["rows"]), (g, rows_g, last["header"])
+        # stdout closed under it (| head): camlheap stops, says why, exits 1,
+        # and the program runs on untraced
+        top = subprocess.Popen([CAMLHEAP, "top", "-p", str(proc.pid), "--batch", "--rate", repr(RATE), "-d", "0.2"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        top.stdout.readline()
+        top.stdout.close()
+        _, err = top.communicate(timeout=60)
+        assert top.returncode == 1 and b"cannot write to stdout: Broken pipe" in err, (top.returncode, err)
+        with open("/proc/%d/status" % proc.pid) as f:
+            assert "TracerPid:\t0\n" in f.read()
+        assert proc.poll() is None
         # the call tree: nested, each node at least the sum of its children
         p = subprocess.run([CAMLHEAP, "top", "-p", str(proc.pid), "--batch", "--rate", repr(RATE), "-d", "0.5",
                             "-n", "3", "--tree", "--rows", "0"], stdin=subprocess.DEVNULL, capture_output=True,
@@ -377,6 +392,8 @@ def test_bad_invocations_are_refused():
     assert p.returncode == 2 and b"runs no command" in p.stderr, p.stderr
     p = subprocess.run([CAMLHEAP, "top", "-p", "1", "--sort", "size"], capture_output=True)
     assert p.returncode == 2 and b"unknown --sort" in p.stderr, p.stderr
+    p = subprocess.run([CAMLHEAP, "top", "-p", "1", "--trend", "2"], capture_output=True)
+    assert p.returncode == 2 and b"shorter than the rate window" in p.stderr, p.stderr
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         p = subprocess.run([CAMLHEAP, "top", "-p", str(sleeper.pid), "-b", "-n", "1"], capture_output=True,

@@ -858,11 +858,11 @@ static error_t top_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_TOP_WINDOW:
 		if (parse_double(arg, &c->t.window_s) || !(c->t.window_s > 0 && c->t.window_s <= 86400))
-			argp_error(state, "invalid --window '%s': seconds, > 0", arg);
+			argp_error(state, "invalid --window '%s': seconds, > 0 and <= 86400", arg);
 		break;
 	case OPT_TOP_TREND:
 		if (parse_double(arg, &c->t.trend_s) || !(c->t.trend_s > 0 && c->t.trend_s <= 86400))
-			argp_error(state, "invalid --trend '%s': seconds, > 0", arg);
+			argp_error(state, "invalid --trend '%s': seconds, > 0 and <= 86400", arg);
 		break;
 	case OPT_TOP_SORT:
 		if (top_parse_sort(arg, &c->t.sort) < 0)
@@ -929,6 +929,20 @@ static int top_command(int argc, char **argv)
 	}
 	if (c.t.window_s < c.t.delay_s)
 		c.t.window_s = c.t.delay_s;
+	if (c.t.trend_s < c.t.window_s) {
+		fprintf(stderr, "camlheap top: --trend (%g s) is shorter than the rate window (%g s: --window, at least "
+				"the delay)\n", c.t.trend_s, c.t.window_s);
+		return 2;
+	}
+	if (!c.t.batch) {
+		char msg[512];
+
+		/* before attaching: a terminal that cannot be drawn on */
+		if (top_check_terminal(msg, sizeof(msg)) < 0) {
+			fprintf(stderr, "camlheap: %s\n", msg);
+			return 2;
+		}
+	}
 	c.r.topo = &c.t;
 	return record_run(&c.r);
 }

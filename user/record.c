@@ -844,8 +844,16 @@ static void record_until_stop(const struct record_opts *o, struct target *t, str
 				snprintf(reason, len, "the terminal closed");
 				break;
 			}
-			if (top_refresh(intake->top, now_s())) {
-				snprintf(reason, len, "%ld refreshes done (--iterations)", o->topo->iterations);
+			int r = top_refresh(intake->top, now_s());
+
+			if (r < 0) {
+				snprintf(reason, len, "cannot write to stdout: %s", strerror(-r));
+				intake->top_quit = true;
+				break;
+			}
+			if (r > 0) {
+				snprintf(reason, len, "%ld refresh%s done (--iterations)", o->topo->iterations,
+					 o->topo->iterations == 1 ? "" : "es");
 				break;
 			}
 		}
@@ -1369,7 +1377,7 @@ int record_run(const struct record_opts *o)
 			intake.top = NULL;
 			fprintf(stderr, "camlheap: %s; PID %d watched for %.1f s, %llu samples\n", reason, t.pid,
 				meta.duration_s, (unsigned long long)prof->samples);
-			exit_code = 0;
+			exit_code = intake.top_quit ? 1 : 0; /* stdout failed */
 		}
 		recording_free(intake.rec);
 		intake.rec = NULL;

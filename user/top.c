@@ -61,7 +61,7 @@ struct framelabels {
 	const char **shortv, **fullv;
 };
 
-enum { MODE_MAIN, MODE_HELP, MODE_DETAIL, MODE_PROMPT };
+enum { MODE_MAIN, MODE_DETAIL, MODE_PROMPT };
 enum { PROMPT_FILTER, PROMPT_PPROF, PROMPT_MEMTRACE };
 
 struct top {
@@ -92,6 +92,7 @@ struct top {
 	long sel, scroll;
 	int mode, pkind;
 	char pbuf[1024], pold[256];
+	size_t pcur;              /* the prompt's cursor, bytes into pbuf */
 	GPtrArray *dlines;
 	long dscroll;
 	char msg[512];
@@ -104,6 +105,8 @@ struct top {
 	bool ended;
 	char end_reason[512];
 	double t0, next;
+	double end_ns;            /* CLOCK_MONOTONIC ns of the end (ages stop there), 0 while recording */
+	int out_err;              /* batch: errno of a failed write to stdout */
 	struct top_status st;
 	/* header figures of the last refresh */
 	double h_dt, h_rate, h_pm, h_live, h_live_pm, h_live_growth, h_heap_growth, h_rss_growth, h_minor, h_major,
@@ -329,9 +332,11 @@ static struct node *group_for(struct top *t, const char *label, const char *full
 	struct node *g = g_hash_table_lookup(t->groups, full);
 
 	if (!g) {
+		/* a site had no samples before it was seen: its history is 0
+		 * since the start */
 		g = node_new(label, full);
-		g->hist = g_new(double, t->H);
-		g->born = t->tick;
+		g->hist = g_new0(double, t->H);
+		g->born = 0;
 		g_hash_table_insert(t->groups, (gpointer)full, g);
 		g_ptr_array_add(t->group_list, g);
 	}
@@ -432,13 +437,23 @@ static double site_window(const struct top *t, const struct siteinfo *si)
 	return si->ring[tick % W1] - si->ring[(tick - w) % W1];
 }
 
+/* Now, for ages: the end of the recording once it ended. */
+static double age_now_ns(const struct top *t)
+{
+	struct timespec mono;
+
+	if (t->end_ns > 0)
+		return t->end_ns;
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	return (double)mono.tv_sec * 1e9 + (double)mono.tv_nsec;
+}
+
 /* The call tree's figures at this refresh: each site's added to every
  * node on its path; each live block's age likewise. */
 static void accumulate_tree(struct top *t)
 {
 	GHashTableIter it;
 	gpointer k, v;
-	struct timespec mono;
 	double now_ns;
 
 	g_hash_table_iter_init(&it, t->sinfo);
@@ -454,8 +469,7 @@ static void accumulate_tree(struct top *t)
 			n->live += (double)s->live_samples;
 		}
 	}
-	clock_gettime(CLOCK_MONOTONIC, &mono);
-	now_ns = (double)mono.tv_sec * 1e9 + (double)mono.tv_nsec;
+	now_ns = age_now_ns(t);
 	g_hash_table_iter_init(&it, t->src.prof->blocks);
 	while (g_hash_table_iter_next(&it, &k, &v)) {
 		struct profile_block *b = v;
@@ -498,7 +512,6 @@ static void sample(struct top *t, double now)
 	long tick = ++t->tick;
 	unsigned w = tick < (long)t->W ? (unsigned)tick : t->W, W1 = t->W + 1;
 	unsigned sl = slot(t, tick), sl0 = slot(t, tick - (long)w);
-	struct timespec mono;
 	double now_ns;
 
 	t->times[sl] = now;
@@ -531,8 +544,7 @@ static void sample(struct top *t, double now)
 		si->group->live += (double)s->live_samples;
 	}
 	/* ages of the live sampled blocks */
-	clock_gettime(CLOCK_MONOTONIC, &mono);
-	now_ns = (double)mono.tv_sec * 1e9 + (double)mono.tv_nsec;
+	now_ns = age_now_ns(t);
 	g_hash_table_iter_init(&it, p->blocks);
 	while (g_hash_table_iter_next(&it, &k, &v)) {
 		struct profile_block *b = v;
@@ -798,9 +810,14 @@ static void row_text(const struct top *t, const struct node *n, int wide, char *
 	if (growth)
 		snprintf(out, len, "%7s %s%*s %7s %8s %s %5s%s  %s", a, t->utf8 ? "\u00b1" : "+-", t->utf8 ? 6 : 5, pm,
 			 l, g, sp, age, tot, name);
-	else
+	else if (wide == 0)
 		snprintf(out, len, "%7s %s%*s %7s %s %5s  %s", a, t->utf8 ? "\u00b1" : "+-", t->utf8 ? 6 : 5, pm, l, sp,
 			 age, name);
+	else if (wide == -1) /* narrow: no TREND */
+		snprintf(out, len, "%7s %s%*s %7s %5s  %s", a, t->utf8 ? "\u00b1" : "+-", t->utf8 ? 6 : 5, pm, l, age,
+			 name);
+	else /* narrower: no bound either */
+		snprintf(out, len, "%7s %7s %5s  %s", a, l, age, name);
 }
 
 static void table_header(const struct top *t, int wide, char *out, size_t len)
@@ -808,15 +825,20 @@ static void table_header(const struct top *t, int wide, char *out, size_t len)
 	/* the bound's column is 7 characters wide ("\u00b1" is one, "+-" two) */
 	const char *pmh = t->utf8 ? "   \u00b195%" : "  +-95%";
 
-	snprintf(out, len, "ALLOC/s %s    LIVE %s%-*s   AGE%s  %s", pmh, wide >= 1 ? "GROWTH/s " : "", SPARK_W, "TREND",
-		 wide >= 2 ? "   TOTAL" : "", t->tree_view ? "CALL TREE" : "SITE");
+	if (wide >= 0)
+		snprintf(out, len, "ALLOC/s %s    LIVE %s%-*s   AGE%s  %s", pmh, wide >= 1 ? "GROWTH/s " : "", SPARK_W,
+			 "TREND", wide >= 2 ? "   TOTAL" : "", t->tree_view ? "CALL TREE" : "SITE");
+	else if (wide == -1)
+		snprintf(out, len, "ALLOC/s %s    LIVE   AGE  %s", pmh, t->tree_view ? "CALL TREE" : "SITE");
+	else
+		snprintf(out, len, "ALLOC/s    LIVE   AGE  %s", t->tree_view ? "CALL TREE" : "SITE");
 }
 
 /* ---- header -------------------------------------------------------------- */
 
 static void header_lines(const struct top *t, char lines[4][512])
 {
-	char b1[16], b2[16], b3[16], b4[16], b5[16], b6[16], up[32];
+	char b1[16], b2[16], b3[16], b4[16], b5[16], b6[16], b7[16], up[32];
 	double uptime = t->times[slot(t, t->tick)] - t->t0;
 	const char *exe = t->src.exe ? strrchr(t->src.exe, '/') : NULL;
 	char budget[64] = "";
@@ -836,25 +858,26 @@ static void header_lines(const struct top *t, char lines[4][512])
 			 fmt_b(t->g_rss[slot(t, t->tick)], b3, sizeof(b3)), t->h_rss_growth >= 0 ? "+" : "",
 			 fmt_b(isnan(t->h_rss_growth) ? 0 : t->h_rss_growth, b4, sizeof(b4)),
 			 fmt_b(t->h_live, b5, sizeof(b5)), t->utf8 ? "\u00b1" : "+-", fmt_b(t->h_live_pm, b6, sizeof(b6)),
-			 t->h_live_growth >= 0 ? "+" : "", fmt_b(t->h_live_growth, b2, sizeof(b2)));
+			 t->h_live_growth >= 0 ? "+" : "", fmt_b(t->h_live_growth, b7, sizeof(b7)));
 	else
 		snprintf(lines[1], 512, "Heap ?  RSS ?  Live %s %s%s (%s%s/s)", fmt_b(t->h_live, b5, sizeof(b5)),
 			 t->utf8 ? "\u00b1" : "+-", fmt_b(t->h_live_pm, b6, sizeof(b6)), t->h_live_growth >= 0 ? "+" : "",
-			 fmt_b(t->h_live_growth, b2, sizeof(b2)));
+			 fmt_b(t->h_live_growth, b7, sizeof(b7)));
 	if (!t->src.census_on)
 		snprintf(lines[1] + strlen(lines[1]), 512 - strlen(lines[1]), " [no census]");
 	snprintf(lines[2], 512, "Alloc %s/s %s%s  GC %.1f minor/s %.2f major/s  Samples %.0f/s  lost %llu%s",
 		 fmt_b(t->h_rate, b1, sizeof(b1)), t->utf8 ? "\u00b1" : "+-", fmt_b(t->h_pm, b2, sizeof(b2)), t->h_minor,
 		 t->h_major, t->h_sps, (unsigned long long)t->drops, budget);
-	snprintf(lines[3], 512, "%s view, sort %s%s, rates over %.0f s, trend %.0f s%s%s%s", t->tree_view ? "tree" : "flat",
-		 col_names[t->sort], t->reverse ? " (reversed)" : "", t->h_dt, t->times[slot(t, t->tick)] - t->t0 <
-		 t->o.trend_s ? t->times[slot(t, t->tick)] - t->t0 : t->o.trend_s,
+	snprintf(lines[3], 512, "%s view, sort %s%s, rates over %.*f s, trend %.0f s%s%s%s",
+		 t->tree_view ? "tree" : "flat", col_names[t->sort], t->reverse ? " (reversed)" : "", t->h_dt < 9.95 ? 1 : 0,
+		 t->h_dt, t->times[slot(t, t->tick)] - t->t0 < t->o.trend_s ? t->times[slot(t, t->tick)] - t->t0 : t->o.trend_s,
 		 t->filter[0] ? ", filter \"" : "", t->filter, t->filter[0] ? "\"" : "");
 }
 
 /* ---- batch ----------------------------------------------------------------- */
 
-static void print_batch(struct top *t)
+/* Returns 0, or -errno if stdout cannot be written (a closed pipe, a full disk). */
+static int print_batch(struct top *t)
 {
 	char hl[4][512], line[8192];
 	char stamp[32];
@@ -877,7 +900,11 @@ static void print_batch(struct top *t)
 		printf("%s\n", line);
 	}
 	printf("\n");
-	fflush(stdout);
+	if (fflush(stdout) == EOF || ferror(stdout)) {
+		t->out_err = errno ? errno : EIO;
+		return -t->out_err;
+	}
+	return 0;
 }
 
 /* ---- interactive ------------------------------------------------------------- */
@@ -959,7 +986,7 @@ static void put_line(int y, const char *s, int attr)
 		attroff(attr);
 }
 
-static void draw_help(struct top *t)
+static void open_help(struct top *t)
 {
 	static const char *const help[] = {
 		"camlheap top - keys",
@@ -972,7 +999,8 @@ static void draw_help(struct top *t)
 		"  e / c         tree: expand all / collapse all",
 		"  a l g o s     sort by ALLOC/s, LIVE, GROWTH/s (the trend), AGE, SITE",
 		"  < >           sort by the column left / right;  r  reverse the order",
-		"  /             filter: rows whose name contains the text (Esc: clear)",
+		"  /             filter: rows whose name contains the text (empty: none;",
+		"                Esc cancels the edit); Esc in the table clears the filter",
 		"  f  (or z)     freeze the display (sampling goes on); again to thaw",
 		"  w             write the profile so far as pprof (.pb.gz)",
 		"  m             write the recording so far as a memtrace trace",
@@ -980,16 +1008,21 @@ static void draw_help(struct top *t)
 		"",
 		"ALLOC/s: bytes allocated per second over the rate window, \u00b1 its 95 % bound.",
 		"LIVE: bytes of the sampled blocks alive now.  TREND: live bytes over the trend",
-		"span, scaled to the row's largest.  AGE: median age of the live bytes.",
-		"All are estimates from samples: bytes = samples / lambda * 8.",
+		"span, scaled to the row's largest (a tree node's starts when first shown).",
+		"GROWTH/s (100 columns and more): its slope.  AGE: median age of the live",
+		"bytes.  TOTAL (110 columns and more): bytes allocated since attach.",
+		"All are estimates from samples: bytes = samples / lambda * 8; LIVE, TREND",
+		"and AGE cover the blocks allocated since camlheap attached.",
 		"",
-		"Any key returns.",
 	};
 
-	erase();
-	for (size_t i = 0; i < sizeof(help) / sizeof(help[0]) && (int)i < LINES; i++)
-		put_line((int)i, help[i], i == 0 ? A_BOLD : 0);
-	refresh();
+	if (t->dlines)
+		g_ptr_array_free(t->dlines, TRUE);
+	t->dlines = g_ptr_array_new_with_free_func(g_free);
+	for (size_t i = 0; i < sizeof(help) / sizeof(help[0]); i++)
+		g_ptr_array_add(t->dlines, g_strdup(help[i]));
+	t->dscroll = 0;
+	t->mode = MODE_DETAIL;
 }
 
 static void draw_detail(struct top *t)
@@ -997,7 +1030,7 @@ static void draw_detail(struct top *t)
 	erase();
 	for (int y = 0; y < LINES - 1 && t->dscroll + y < (long)t->dlines->len; y++)
 		put_line(y, t->dlines->pdata[t->dscroll + y], y == 0 && t->dscroll == 0 ? A_BOLD : 0);
-	put_line(LINES - 1, "Up/Down PgUp/PgDn scroll;  q, Esc, Enter or Left: back", A_REVERSE);
+	put_line(LINES - 1, "Up/Down PgUp/PgDn scroll; any other key: back", A_REVERSE);
 	refresh();
 }
 
@@ -1010,17 +1043,14 @@ static void draw(struct top *t)
 
 	if (!t->tui)
 		return;
-	if (t->mode == MODE_HELP) {
-		draw_help(t);
-		return;
-	}
 	if (t->mode == MODE_DETAIL) {
 		draw_detail(t);
 		return;
 	}
 	erase();
 	if (LINES < 8 || COLS < 40) {
-		put_line(0, "camlheap top: terminal too small (40x8 at least)", 0);
+		put_line(0, "camlheap top: too small", 0);
+		put_line(1, "(40x8 at least; q quits)", 0);
 		refresh();
 		return;
 	}
@@ -1028,7 +1058,9 @@ static void draw(struct top *t)
 	put_line(0, hl[0], A_BOLD);
 	for (y = 1; y < 4; y++)
 		put_line(y, hl[y], 0);
-	growth = COLS >= 110 ? 2 : COLS >= 100 ? 1 : 0;
+	/* the name column keeps at least ~17 characters: narrower
+	 * terminals lose TREND, then the bound */
+	growth = COLS >= 110 ? 2 : COLS >= 100 ? 1 : COLS >= 70 ? 0 : COLS >= 55 ? -1 : -2;
 	table_header(t, growth, line, sizeof(line));
 	put_line(4, line, A_REVERSE);
 	body = LINES - 6;
@@ -1049,13 +1081,21 @@ static void draw(struct top *t)
 	clock_gettime(CLOCK_MONOTONIC, &m);
 	now = (double)m.tv_sec + (double)m.tv_nsec * 1e-9;
 	if (t->mode == MODE_PROMPT) {
-		snprintf(line, sizeof(line), "%s%s", t->pkind == PROMPT_FILTER ? "Filter: "
-						   : t->pkind == PROMPT_PPROF ? "Write pprof to: "
-									      : "Write memtrace to: ",
-			 t->pbuf);
+		const char *label = t->pkind == PROMPT_FILTER ? "Filter: "
+				    : t->pkind == PROMPT_PPROF ? "Write pprof to: "
+							       : "Write memtrace to: ";
+		int room = COLS - (int)strlen(label) - 1, from = 0;
+
+		/* the text scrolls so that the cursor stays in view */
+		if (room < 1)
+			room = 1;
+		if ((int)t->pcur > room)
+			from = (int)t->pcur - room;
+		snprintf(line, sizeof(line), "%s%s", label, t->pbuf + from);
 		put_line(LINES - 1, line, 0);
 		curs_set(1);
-		move(LINES - 1, (int)strlen(line) < COLS ? (int)strlen(line) : COLS - 1);
+		move(LINES - 1, (int)strlen(label) + (int)t->pcur - from < COLS ? (int)strlen(label) + (int)t->pcur - from
+										 : COLS - 1);
 	} else {
 		curs_set(0);
 		if (t->msg[0] && now < t->msg_until)
@@ -1065,7 +1105,20 @@ static void draw(struct top *t)
 				 t->end_reason);
 		else
 			snprintf(line, sizeof(line), "h help  q quit  t tree  a/l/g/o/s sort  / filter  f freeze  w pprof  m memtrace");
-		put_line(LINES - 1, line, t->ended ? A_BOLD : 0);
+		if ((int)strlen(line) > COLS && LINES >= 10) {
+			/* a long message (an error naming a path) on two lines */
+			int cut = COLS;
+
+			while (cut > COLS / 2 && line[cut] != ' ')
+				cut--;
+			if (line[cut] != ' ')
+				cut = COLS;
+			put_line(LINES - 1, line + cut + (line[cut] == ' '), t->ended ? A_BOLD : 0);
+			line[cut] = 0;
+			put_line(LINES - 2, line, t->ended ? A_BOLD : 0);
+		} else {
+			put_line(LINES - 1, line, t->ended ? A_BOLD : 0);
+		}
 	}
 	refresh();
 }
@@ -1181,8 +1234,10 @@ static void prompt_done(struct top *t, bool accept)
 	msg[0] = 0;
 	ret = t->src.write_profile ? t->src.write_profile(t->src.ctx, t->pkind == PROMPT_MEMTRACE, t->pbuf, msg, sizeof(msg))
 				   : -ENOTSUP;
-	if (ret < 0)
-		say(t, "cannot write %s: %s", t->pbuf, msg[0] ? msg : strerror(-ret));
+	if (ret < 0 && msg[0])
+		say(t, "%s", msg);
+	else if (ret < 0)
+		say(t, "cannot write %s: %s", t->pbuf, strerror(-ret));
 	else
 		say(t, "wrote %s (%s)", t->pbuf,
 		    t->pkind == PROMPT_MEMTRACE ? "camlheap report FILE, memtrace_viewer" : "go tool pprof FILE");
@@ -1195,8 +1250,10 @@ static void start_prompt(struct top *t, int kind)
 	if (kind == PROMPT_FILTER) {
 		snprintf(t->pold, sizeof(t->pold), "%s", t->filter);
 		snprintf(t->pbuf, sizeof(t->pbuf), "%s", t->filter);
+		t->pcur = strlen(t->pbuf);
 	} else {
 		default_name(t, kind == PROMPT_MEMTRACE, t->pbuf, sizeof(t->pbuf));
+		t->pcur = strlen(t->pbuf);
 		if (kind == PROMPT_MEMTRACE && t->st.memtrace_off) {
 			t->mode = MODE_MAIN;
 			say(t, "no memtrace: %s", t->st.memtrace_off);
@@ -1204,10 +1261,15 @@ static void start_prompt(struct top *t, int kind)
 	}
 }
 
+/* A line editor: characters go in at the cursor; Left/Right/Home/End
+ * (^A/^E) move it, Backspace and Delete erase, ^U clears, Enter accepts,
+ * Esc cancels. */
 static void key_prompt(struct top *t, int c)
 {
 	size_t n = strlen(t->pbuf);
 
+	if (t->pcur > n)
+		t->pcur = n;
 	if (c == 27) {
 		prompt_done(t, false);
 		return;
@@ -1217,13 +1279,29 @@ static void key_prompt(struct top *t, int c)
 		return;
 	}
 	if (c == KEY_BACKSPACE || c == 127 || c == 8) {
-		if (n)
-			t->pbuf[n - 1] = 0;
+		if (t->pcur) {
+			memmove(t->pbuf + t->pcur - 1, t->pbuf + t->pcur, n - t->pcur + 1);
+			t->pcur--;
+		}
+	} else if (c == KEY_DC) {
+		if (t->pcur < n)
+			memmove(t->pbuf + t->pcur, t->pbuf + t->pcur + 1, n - t->pcur);
+	} else if (c == KEY_LEFT) {
+		if (t->pcur)
+			t->pcur--;
+	} else if (c == KEY_RIGHT) {
+		if (t->pcur < n)
+			t->pcur++;
+	} else if (c == KEY_HOME || c == 1) { /* ^A */
+		t->pcur = 0;
+	} else if (c == KEY_END || c == 5) { /* ^E */
+		t->pcur = n;
 	} else if (c == 21) { /* ^U */
 		t->pbuf[0] = 0;
-	} else if (c >= 32 && c < 256 && n + 1 < sizeof(t->pbuf)) {
-		t->pbuf[n] = (char)c;
-		t->pbuf[n + 1] = 0;
+		t->pcur = 0;
+	} else if (c >= 32 && c < 256 && c != 127 && n + 1 < sizeof(t->pbuf)) {
+		memmove(t->pbuf + t->pcur + 1, t->pbuf + t->pcur, n - t->pcur + 1);
+		t->pbuf[t->pcur++] = (char)c;
 	}
 	if (t->pkind == PROMPT_FILTER) {
 		snprintf(t->filter, sizeof(t->filter), "%s", t->pbuf);
@@ -1249,7 +1327,7 @@ static bool key_main(struct top *t, int c)
 
 	switch (c) {
 	case 'q': case 'Q': return true;
-	case 'h': case '?': t->mode = MODE_HELP; break;
+	case 'h': case '?': open_help(t); break;
 	case KEY_UP: case 'k': move_sel(t, -1); break;
 	case KEY_DOWN: case 'j': move_sel(t, 1); break;
 	case KEY_PPAGE: move_sel(t, -page); break;
@@ -1322,9 +1400,7 @@ bool top_keys(struct top *t)
 	while (!quit && (c = getch()) != ERR) {
 		if (c == KEY_RESIZE)
 			continue;
-		if (t->mode == MODE_HELP) {
-			t->mode = MODE_MAIN;
-		} else if (t->mode == MODE_DETAIL) {
+		if (t->mode == MODE_DETAIL) {
 			long page = LINES > 2 ? LINES - 2 : 1;
 
 			if (c == KEY_DOWN || c == 'j')
@@ -1335,7 +1411,11 @@ bool top_keys(struct top *t)
 				t->dscroll += page;
 			else if (c == KEY_PPAGE)
 				t->dscroll -= page;
-			else if (c == 'q' || c == 27 || c == '\n' || c == '\r' || c == KEY_ENTER || c == KEY_LEFT)
+			else if (c == KEY_HOME)
+				t->dscroll = 0;
+			else if (c == KEY_END)
+				t->dscroll = (long)t->dlines->len - 1;
+			else
 				t->mode = MODE_MAIN;
 			if (t->dscroll > (long)t->dlines->len - 1)
 				t->dscroll = (long)t->dlines->len - 1;
@@ -1456,10 +1536,10 @@ int top_input_fd(const struct top *t) { return t->tui ? STDIN_FILENO : -1; }
 
 double top_next_refresh(const struct top *t) { return t->next; }
 
-bool top_refresh(struct top *t, double now)
+int top_refresh(struct top *t, double now)
 {
 	if (now < t->next)
-		return false;
+		return 0;
 	/* every delay, not drifting; after a stall, from now */
 	t->next += t->o.delay_s;
 	if (t->next <= now)
@@ -1470,7 +1550,10 @@ bool top_refresh(struct top *t, double now)
 		sample(t, now);
 	read_captured(t);
 	if (!t->tui) {
-		print_batch(t);
+		int ret = print_batch(t);
+
+		if (ret < 0)
+			return ret;
 	} else {
 		if (!t->frozen)
 			build_rows(t);
@@ -1481,15 +1564,22 @@ bool top_refresh(struct top *t, double now)
 
 void top_ended(struct top *t, double now, const char *reason, bool linger, int sigfd)
 {
-	bool fresh = now - t->times[slot(t, t->tick)] > 0.05;
+	/* after --iterations the last refresh printed is the end; else one
+	 * more, with what the kernel handed over since (the last events) */
+	bool more = !(t->o.iterations > 0 && t->tick >= t->o.iterations);
+	struct timespec mono;
 
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	t->end_ns = (double)mono.tv_sec * 1e9 + (double)mono.tv_nsec;
 	t->ended = true;
 	snprintf(t->end_reason, sizeof(t->end_reason), "%s", reason);
-	if (fresh)
+	if (more && now <= t->times[slot(t, t->tick)])
+		now = t->times[slot(t, t->tick)] + 1e-3;
+	if (more)
 		sample(t, now);
 	read_captured(t);
 	if (!t->tui) {
-		if (fresh) /* else the last refresh printed is the end */
+		if (more && t->out_err == 0)
 			print_batch(t);
 		return;
 	}

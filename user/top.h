@@ -106,8 +106,14 @@ void top_resize(struct top *t);
 void top_say(struct top *t, const char *msg);
 
 /* Refresh if due: read the profile, update the figures, draw (or print a
- * batch refresh).  Returns true once --iterations refreshes were done. */
-bool top_refresh(struct top *t, double now);
+ * batch refresh).  Returns 1 once --iterations refreshes were done, 0
+ * otherwise, or -errno if the batch output could not be written (stdout
+ * closed or full: stop). */
+int top_refresh(struct top *t, double now);
+
+/* Before anything is attached: can this terminal be driven (cursor
+ * addressing)?  Returns 0, or -ENOTTY with msg set. */
+int top_check_terminal(char *msg, size_t len);
 
 /* The recording ended (`reason`); probes are detached.  A last refresh;
  * then, interactive and `linger` (the target ended by itself), the figures
