@@ -26,6 +26,7 @@ import test_outheap as _outheap
 import test_recording as _recording
 import test_sampling as _sampling
 import test_stacks as _stacks
+import test_top as _top
 
 CHECKS = [
     (_sampling, "test_major_sites_rate_1e3"),
@@ -47,6 +48,8 @@ CHECKS = [
     (_malloc, "test_malloc_sites_estimates_and_leaf_function"),
     (_malloc, "test_runtime_heap_is_not_counted_twice"),
     (_malloc, "test_resident_memory_breakdown"),
+    (_top, "test_batch_estimates_match_the_fixtures_allocation"),
+    (_top, "test_batch_rates_of_equal_sites_agree_within_their_bounds"),
 ]
 
 _built = {}
@@ -139,6 +142,9 @@ CHECKS5 = [
     (_malloc, "test_runtime_heap_is_not_counted_twice", ("5.1.0", "5.3.0")),
     (_malloc, "test_resident_memory_breakdown", ("5.1.0", "5.3.0")),
     (_malloc, "test_target_unharmed_with_malloc_probes_and_when_killed", ("5.3.0",)),
+    (_top, "test_batch_estimates_match_the_fixtures_allocation", ("5.3.0",)),  # 5.1 has no Gc.Memprof
+    (_top, "test_batch_rates_of_equal_sites_agree_within_their_bounds", ("5.1.0", "5.3.0")),
+    (_top, "test_tmux_keys_drive_the_view_and_q_leaves_the_program_unaffected", ("5.3.0",)),
 ]
 
 for _mod, _check, _versions in CHECKS5:

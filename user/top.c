@@ -1027,9 +1027,24 @@ static void open_help(struct top *t)
 
 static void draw_detail(struct top *t)
 {
+	int y = 0;
+
 	erase();
-	for (int y = 0; y < LINES - 1 && t->dscroll + y < (long)t->dlines->len; y++)
-		put_line(y, t->dlines->pdata[t->dscroll + y], y == 0 && t->dscroll == 0 ? A_BOLD : 0);
+	/* long lines (full paths) wrap, continued 6 columns in */
+	for (long i = t->dscroll; y < LINES - 1 && i < (long)t->dlines->len; i++) {
+		const char *l = t->dlines->pdata[i];
+		size_t n = strlen(l), off = 0;
+		int attr = i == 0 ? A_BOLD : 0;
+
+		do {
+			char part[4096];
+			int ind = off ? 6 : 0, room = COLS - ind > 10 ? COLS - ind : 10;
+
+			snprintf(part, sizeof(part), "%*s%.*s", ind, "", room, l + off);
+			put_line(y++, part, attr);
+			off += (size_t)room;
+		} while (off < n && y < LINES - 1);
+	}
 	put_line(LINES - 1, "Up/Down PgUp/PgDn scroll; any other key: back", A_REVERSE);
 	refresh();
 }
@@ -1150,7 +1165,7 @@ static void open_detail(struct top *t, struct node *g)
 				arr[j - 1] = x;
 			}
 	}
-	g_ptr_array_add(t->dlines, g_strdup_printf("%s: %u callstack%s", g->full, sites->len, sites->len == 1 ? "" : "s"));
+	g_ptr_array_add(t->dlines, g_strdup_printf("%u callstack%s of %s", sites->len, sites->len == 1 ? "" : "s", g->full));
 	for (guint i = 0; i < sites->len; i++) {
 		const struct profile_site *s = sites->pdata[i];
 
