@@ -37,8 +37,22 @@ def fixture(name):
     return os.path.join(FIXTURES, name)
 
 
+_tmpdirs = []
+
+
 def tmpdir():
-    return tempfile.mkdtemp(prefix="camlheap-test-")
+    """A fresh directory under $TMPDIR; run_tests.py removes it after a run
+    without failures (CAMLHEAP_KEEP_TMP=1 keeps every one)."""
+    d = tempfile.mkdtemp(prefix="camlheap-test-")
+    _tmpdirs.append(d)
+    return d
+
+
+def remove_tmpdirs():
+    import shutil
+    for d in _tmpdirs:
+        shutil.rmtree(d, ignore_errors=True)
+    del _tmpdirs[:]
 
 
 def parse_truth(stdout):

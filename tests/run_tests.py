@@ -99,6 +99,11 @@ def main():
         print("warning: the end-to-end tests load BPF programs and need root", flush=True)
     run_units(filters)
     run_modules(filters)
+    # the tests' files go, unless a test failed (they may tell why)
+    if failed or os.environ.get("CAMLHEAP_KEEP_TMP"):
+        print("test files kept in %s/camlheap-test-*" % os.environ.get("TMPDIR", "/tmp"))
+    else:
+        chtest.remove_tmpdirs()
     if failures:
         print("\nfailed:\n  " + "\n  ".join(failures))
     print("%d passed, %d failed%s" % (passed, failed, ", %d skipped" % skipped if skipped else ""))
