@@ -929,6 +929,17 @@ static int top_command(int argc, char **argv)
 	}
 	if (c.t.window_s < c.t.delay_s)
 		c.t.window_s = c.t.delay_s;
+	/* what a site and a row keep: top.c's rings */
+	if (c.t.window_s / c.t.delay_s > 600.5) {
+		fprintf(stderr, "camlheap top: --window %g s is over 600 refreshes of %g s (-d): at most %g s\n",
+			c.t.window_s, c.t.delay_s, 600 * c.t.delay_s);
+		return 2;
+	}
+	if (c.t.trend_s / c.t.delay_s > 3600.5) {
+		fprintf(stderr, "camlheap top: --trend %g s is over 3600 refreshes of %g s (-d): at most %g s\n",
+			c.t.trend_s, c.t.delay_s, 3600 * c.t.delay_s);
+		return 2;
+	}
 	if (c.t.trend_s < c.t.window_s) {
 		fprintf(stderr, "camlheap top: --trend (%g s) is shorter than the rate window (%g s: --window, at least "
 				"the delay)\n", c.t.trend_s, c.t.window_s);

@@ -560,7 +560,9 @@ static void budget_tick(struct intake *in)
 static void snapshot_meta(struct intake *in, struct report_meta *m, const char *reason)
 {
 	*m = *in->meta;
-	m->duration_s = now_s() - in->t_attached;
+	/* once detached, the recording's time is over: meta holds it */
+	if (in->smp)
+		m->duration_s = now_s() - in->t_attached;
 	m->end_reason = reason;
 	if (in->smp)
 		sampler_counters(in->smp, m->counters);
@@ -1375,8 +1377,8 @@ int record_run(const struct record_opts *o)
 			top_ended(intake.top, now_s(), reason, ended, sigfd);
 			top_free(intake.top);
 			intake.top = NULL;
-			fprintf(stderr, "camlheap: %s; PID %d watched for %.1f s, %llu samples\n", reason, t.pid,
-				meta.duration_s, (unsigned long long)prof->samples);
+			fprintf(stderr, "camlheap: %s; PID %d watched for %.1f s, %llu sample%s\n", reason, t.pid,
+				meta.duration_s, (unsigned long long)prof->samples, prof->samples == 1 ? "" : "s");
 			exit_code = intake.top_quit ? 1 : 0; /* stdout failed */
 		}
 		recording_free(intake.rec);

@@ -22,6 +22,7 @@
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
+#include <wchar.h>
 
 #include <glib.h>
 
@@ -846,11 +847,11 @@ static void header_lines(const struct top *t, char lines[4][512])
 	exe = exe ? exe + 1 : t->src.exe ? t->src.exe : "?";
 	snprintf(up, sizeof(up), "%ld:%02ld:%02ld", (long)uptime / 3600, ((long)uptime / 60) % 60, (long)uptime % 60);
 	if (t->st.shift)
-		snprintf(budget, sizeof(budget), "  budget: kept 2^-%u", t->st.shift);
-	snprintf(lines[0], 512, "PID %d %s  OCaml %s  %s %g %s  up %s%s%s", t->src.pid,
-		 exe, t->src.ocaml_version ? t->src.ocaml_version : "?", t->utf8 ? "\u03bb" : "rate",
-		 t->src.prof->rate, t->src.executor ? t->src.executor : "?", up, t->frozen ? "  [FROZEN]" : "",
-		 t->ended ? "  [ENDED]" : "");
+		snprintf(budget, sizeof(budget), " (budget: kept 2^-%u)", t->st.shift);
+	/* the marks first: a narrow terminal cuts the end of the line */
+	snprintf(lines[0], 512, "%s%sPID %d %s  OCaml %s  %s %g%s %s  up %s", t->ended ? "[ENDED]  " : "",
+		 t->frozen ? "[FROZEN]  " : "", t->src.pid, exe, t->src.ocaml_version ? t->src.ocaml_version : "?",
+		 t->utf8 ? "\u03bb" : "rate", t->src.prof->rate, budget, t->src.executor ? t->src.executor : "?", up);
 	if (t->st.res_valid)
 		snprintf(lines[1], 512, "Heap %s (%s%s/s)  RSS %s (%s%s/s)  Live %s %s%s (%s%s/s)",
 			 fmt_b(t->g_heap[slot(t, t->tick)], b1, sizeof(b1)), t->h_heap_growth >= 0 ? "+" : "",
@@ -865,9 +866,9 @@ static void header_lines(const struct top *t, char lines[4][512])
 			 fmt_b(t->h_live_growth, b7, sizeof(b7)));
 	if (!t->src.census_on)
 		snprintf(lines[1] + strlen(lines[1]), 512 - strlen(lines[1]), " [no census]");
-	snprintf(lines[2], 512, "Alloc %s/s %s%s  GC %.1f minor/s %.2f major/s  Samples %.0f/s  lost %llu%s",
+	snprintf(lines[2], 512, "Alloc %s/s %s%s  GC %.1f minor/s %.2f major/s  Samples %.0f/s  lost %llu",
 		 fmt_b(t->h_rate, b1, sizeof(b1)), t->utf8 ? "\u00b1" : "+-", fmt_b(t->h_pm, b2, sizeof(b2)), t->h_minor,
-		 t->h_major, t->h_sps, (unsigned long long)t->drops, budget);
+		 t->h_major, t->h_sps, (unsigned long long)t->drops);
 	snprintf(lines[3], 512, "%s view, sort %s%s, rates over %.*f s, trend %.0f s%s%s%s",
 		 t->tree_view ? "tree" : "flat", col_names[t->sort], t->reverse ? " (reversed)" : "", t->h_dt < 9.95 ? 1 : 0,
 		 t->h_dt, t->times[slot(t, t->tick)] - t->t0 < t->o.trend_s ? t->times[slot(t, t->tick)] - t->t0 : t->o.trend_s,
@@ -1025,10 +1026,79 @@ static void open_help(struct top *t)
 	t->mode = MODE_DETAIL;
 }
 
+/* Display width of the first `n` bytes of a UTF-8 string. */
+static int text_width(const char *s, size_t n)
+{
+	mbstate_t ps = { 0 };
+	int w = 0;
+
+	for (size_t i = 0; i < n;) {
+		wchar_t wc;
+		size_t k = mbrtowc(&wc, s + i, n - i, &ps);
+
+		if (k == (size_t)-1 || k == (size_t)-2 || k == 0) {
+			memset(&ps, 0, sizeof(ps));
+			k = 1;
+			wc = '?';
+		}
+		int cw = wcwidth(wc);
+
+		w += cw > 0 ? cw : 0;
+		i += k;
+	}
+	return w;
+}
+
+/* Byte offsets of the UTF-8 characters before and after `pos`. */
+static size_t utf8_prev(const char *s, size_t pos)
+{
+	while (pos > 0 && ((unsigned char)s[--pos] & 0xc0) == 0x80)
+		;
+	return pos;
+}
+
+static size_t utf8_next(const char *s, size_t pos)
+{
+	if (s[pos])
+		pos++;
+	while (((unsigned char)s[pos] & 0xc0) == 0x80)
+		pos++;
+	return pos;
+}
+
+/* A header line: fields are separated by two spaces (or ", "); a line too
+ * wide for the terminal loses whole fields at its end, never half a
+ * number. */
+static void put_fields(int y, const char *s, int attr)
+{
+	size_t n = strlen(s), cut = n;
+	char buf[1024];
+
+	if (text_width(s, n) <= COLS) {
+		put_line(y, s, attr);
+		return;
+	}
+	for (size_t i = 1; i + 1 < n; i++)
+		if (((s[i] == ' ' && s[i + 1] == ' ') || (s[i] == ',' && s[i + 1] == ' ')) && text_width(s, i) <= COLS)
+			cut = i;
+	if (cut == n) {
+		put_line(y, s, attr);
+		return;
+	}
+	snprintf(buf, sizeof(buf), "%.*s", (int)cut, s);
+	put_line(y, buf, attr);
+}
+
 static void draw_detail(struct top *t)
 {
 	int y = 0;
+	long last = (long)t->dlines->len - (LINES - 1);
 
+	/* no scrolling past the end (also after a resize) */
+	if (t->dscroll > last)
+		t->dscroll = last;
+	if (t->dscroll < 0)
+		t->dscroll = 0;
 	erase();
 	/* long lines (full paths) wrap, continued 6 columns in */
 	for (long i = t->dscroll; y < LINES - 1 && i < (long)t->dlines->len; i++) {
@@ -1070,9 +1140,9 @@ static void draw(struct top *t)
 		return;
 	}
 	header_lines(t, hl);
-	put_line(0, hl[0], A_BOLD);
+	put_fields(0, hl[0], A_BOLD);
 	for (y = 1; y < 4; y++)
-		put_line(y, hl[y], 0);
+		put_fields(y, hl[y], 0);
 	/* the name column keeps at least ~17 characters: narrower
 	 * terminals lose TREND, then the bound */
 	growth = COLS >= 110 ? 2 : COLS >= 100 ? 1 : COLS >= 70 ? 0 : COLS >= 55 ? -1 : -2;
@@ -1099,18 +1169,20 @@ static void draw(struct top *t)
 		const char *label = t->pkind == PROMPT_FILTER ? "Filter: "
 				    : t->pkind == PROMPT_PPROF ? "Write pprof to: "
 							       : "Write memtrace to: ";
-		int room = COLS - (int)strlen(label) - 1, from = 0;
+		int room = COLS - (int)strlen(label) - 1, col;
+		size_t from = 0;
 
-		/* the text scrolls so that the cursor stays in view */
+		/* the text scrolls so that the cursor stays in view (widths in
+		 * columns: UTF-8 text is edited whole characters at a time) */
 		if (room < 1)
 			room = 1;
-		if ((int)t->pcur > room)
-			from = (int)t->pcur - room;
+		while (text_width(t->pbuf + from, t->pcur - from) > room)
+			from = utf8_next(t->pbuf, from);
 		snprintf(line, sizeof(line), "%s%s", label, t->pbuf + from);
 		put_line(LINES - 1, line, 0);
 		curs_set(1);
-		move(LINES - 1, (int)strlen(label) + (int)t->pcur - from < COLS ? (int)strlen(label) + (int)t->pcur - from
-										 : COLS - 1);
+		col = (int)strlen(label) + text_width(t->pbuf + from, t->pcur - from);
+		move(LINES - 1, col < COLS ? col : COLS - 1);
 	} else {
 		curs_set(0);
 		if (t->msg[0] && now < t->msg_until)
@@ -1295,18 +1367,21 @@ static void key_prompt(struct top *t, int c)
 	}
 	if (c == KEY_BACKSPACE || c == 127 || c == 8) {
 		if (t->pcur) {
-			memmove(t->pbuf + t->pcur - 1, t->pbuf + t->pcur, n - t->pcur + 1);
-			t->pcur--;
+			size_t p = utf8_prev(t->pbuf, t->pcur);
+
+			memmove(t->pbuf + p, t->pbuf + t->pcur, n - t->pcur + 1);
+			t->pcur = p;
 		}
 	} else if (c == KEY_DC) {
-		if (t->pcur < n)
-			memmove(t->pbuf + t->pcur, t->pbuf + t->pcur + 1, n - t->pcur);
+		if (t->pcur < n) {
+			size_t q = utf8_next(t->pbuf, t->pcur);
+
+			memmove(t->pbuf + t->pcur, t->pbuf + q, n - q + 1);
+		}
 	} else if (c == KEY_LEFT) {
-		if (t->pcur)
-			t->pcur--;
+		t->pcur = utf8_prev(t->pbuf, t->pcur);
 	} else if (c == KEY_RIGHT) {
-		if (t->pcur < n)
-			t->pcur++;
+		t->pcur = utf8_next(t->pbuf, t->pcur);
 	} else if (c == KEY_HOME || c == 1) { /* ^A */
 		t->pcur = 0;
 	} else if (c == KEY_END || c == 5) { /* ^E */
@@ -1536,6 +1611,16 @@ int top_new(const struct top_opts *o, const struct top_source *src, double now, 
 		keypad(stdscr, TRUE);
 		nodelay(stdscr, TRUE);
 		set_escdelay(25);
+		/* Home and End as rxvt, PuTTY, tmux and the Linux console send
+		 * them, whatever terminfo says */
+		define_key("\033[1~", KEY_HOME);
+		define_key("\033[4~", KEY_END);
+		define_key("\033[7~", KEY_HOME);
+		define_key("\033[8~", KEY_END);
+		define_key("\033[H", KEY_HOME);
+		define_key("\033[F", KEY_END);
+		define_key("\033OH", KEY_HOME);
+		define_key("\033OF", KEY_END);
 		curs_set(0);
 		if (t->cap_fd >= 0) {
 			t->saved_err = dup(STDERR_FILENO);
@@ -1588,12 +1673,13 @@ void top_ended(struct top *t, double now, const char *reason, bool linger, int s
 	t->end_ns = (double)mono.tv_sec * 1e9 + (double)mono.tv_nsec;
 	t->ended = true;
 	snprintf(t->end_reason, sizeof(t->end_reason), "%s", reason);
+	t->msg_until = 0; /* the end's notice, not an older message */
 	if (more && now <= t->times[slot(t, t->tick)])
 		now = t->times[slot(t, t->tick)] + 1e-3;
 	if (more)
 		sample(t, now);
-	read_captured(t);
 	if (!t->tui) {
+		read_captured(t);
 		if (more && t->out_err == 0)
 			print_batch(t);
 		return;
