@@ -740,8 +740,8 @@ static void build_rows(struct top *t)
 		for (guint i = 0; i < t->group_list->len; i++) {
 			struct node *g = t->group_list->pdata[i];
 
-			if (g->stamp != t->tick && g->alloc == 0)
-				continue; /* its sites moved to another group */
+			if (g->stamp != t->tick)
+				continue; /* no site left in it (they moved once their frames arrived) */
 			if (!t->filter[0] || strcasestr(g->full, t->filter))
 				g_ptr_array_add(t->rows, g);
 		}
