@@ -314,6 +314,8 @@ def test_tmux_keys_drive_the_view_and_q_leaves_the_program_unaffected():
         assert table(s1) == table(s2), (s1, s2)
         pane.keys("f")
         pane.wait(lambda s: "[FROZEN]" not in s.splitlines()[0], "the thaw")
+        # and thawed it moves again (the rates are fresh samples each refresh)
+        pane.wait(lambda s: table(s) != table(s2), "the table moving after the thaw")
         # write pprof, then memtrace
         pane.keys("w")
         pane.wait(lambda s: "Write pprof to: camlheap-%d-" % fx.pid in s, "the pprof prompt")
@@ -403,3 +405,29 @@ def test_bad_invocations_are_refused():
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_kill9_of_top_never_harms_the_target():
+    """camlheap top --batch killed with -9 at random moments (during the
+    attach, or while refreshing): the fixture's output and status equal
+    those of a run without camlheap (a target left stopped or traced
+    would not finish)."""
+    import random
+    ref = subprocess.run([fixture("leak"), "n=30"], capture_output=True, timeout=300)
+    assert ref.returncode == 0
+    for i in range(4):
+        fx = chtest.Waiting("leak", ["n=30"])
+        top = subprocess.Popen([CAMLHEAP, "top", "-p", str(fx.pid), "--batch", "--rate", "1e-3", "-d", "0.2"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if i % 2:
+            time.sleep(random.uniform(0.0, 0.3))  # while attaching
+        else:
+            time.sleep(0.6)
+            fx.release()
+            time.sleep(random.uniform(0.0, 1.0))  # while the target allocates
+        top.kill()
+        top.wait()
+        if i % 2:
+            fx.release()
+        rc, out, err = fx.finish(timeout=300)
+        assert (rc, out, err) == (ref.returncode, ref.stdout.decode(), ref.stderr.decode()), (i, rc, err)
