@@ -389,8 +389,9 @@ def _domains_census(name):
     """The census across four domains (one spinning): every followed block
     is accounted for exactly once (dead young, dead in the major heap, or
     live), each domain's young blocks are judged at its own minor
-    collections, and the blocks the fixture keeps to the end (64 of
-    main_site's) are live, estimated within the sampling variance."""
+    collections, and after the fixture's final full major collection the
+    blocks it keeps (64 of main_site's) are live, estimated within the
+    sampling variance, and no other major block is."""
     saved = _with_fixtures(name)
     try:
         rate = 1e-3
@@ -406,6 +407,11 @@ def _domains_census(name):
         assert s.get("live", 0) >= 0, s
     live_main = sum(s.get("live", 0) for s in rep.sites_at("Domains.main_site", "major"))
     chtest.check_binomial(live_main, 64 * 1001, rate, "Domains.main_site live at the end")
+    # the fixture ends with a full major collection: nothing else it
+    # allocated in the major heap survives it
+    for site in ("Domains.worker_a", "Domains.worker_b"):
+        live = sum(s.get("live", 0) for s in rep.sites_at(site, "major"))
+        assert live == 0, (site, live, rep.header.get("live"))
 
 
 def test_v5_1_0__census_across_four_domains():
