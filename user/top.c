@@ -449,40 +449,60 @@ static double age_now_ns(const struct top *t)
 	return (double)mono.tv_sec * 1e9 + (double)mono.tv_nsec;
 }
 
-/* The call tree's figures at this refresh: each site's added to every
- * node on its path; each live block's age likewise. */
-static void accumulate_tree(struct top *t)
+/* A site's figures, added to node `n` (a flat row or a tree node). */
+static void add_site(const struct top *t, struct node *n, const struct profile_site *s, double win)
+{
+	touch(n, t->tick);
+	n->win += win;
+	n->alloc += (double)s->samples;
+	n->live += (double)s->live_samples;
+}
+
+/* The call tree's site figures at this refresh: each site's added to every
+ * node on its path. */
+static void tree_add_sites(struct top *t)
 {
 	GHashTableIter it;
 	gpointer k, v;
-	double now_ns;
 
 	g_hash_table_iter_init(&it, t->sinfo);
 	while (g_hash_table_iter_next(&it, &k, &v)) {
-		const struct profile_site *s = k;
 		struct siteinfo *si = v;
 		double win = site_window(t, si);
 
-		for (struct node *n = si->term; n; n = n->parent) {
-			touch(n, t->tick);
-			n->win += win;
-			n->alloc += (double)s->samples;
-			n->live += (double)s->live_samples;
-		}
+		for (struct node *n = si->term; n; n = n->parent)
+			add_site(t, n, k, win);
 	}
-	now_ns = age_now_ns(t);
+}
+
+/* Each live sampled block's age, into its flat row (`flat`) and into every
+ * node on its call-tree path (`tree`): one walk of the blocks for both. */
+static void add_block_ages(struct top *t, bool flat, bool tree)
+{
+	GHashTableIter it;
+	gpointer k, v;
+	double now_ns = age_now_ns(t);
+
 	g_hash_table_iter_init(&it, t->src.prof->blocks);
 	while (g_hash_table_iter_next(&it, &k, &v)) {
 		struct profile_block *b = v;
 		struct siteinfo *si = b->site ? g_hash_table_lookup(t->sinfo, b->site) : NULL;
+		unsigned a;
 
 		if (!si)
 			continue;
-		unsigned a = age_bucket((now_ns - (double)b->time_ns) * 1e-9);
-
-		for (struct node *n = si->term; n; n = n->parent)
-			n->ages[a] += (double)b->nsamples;
+		a = age_bucket((now_ns - (double)b->time_ns) * 1e-9);
+		if (flat && si->group)
+			si->group->ages[a] += (double)b->nsamples;
+		if (tree)
+			for (struct node *n = si->term; n; n = n->parent)
+				n->ages[a] += (double)b->nsamples;
 	}
+}
+
+/* The live history of the tree nodes shown so far. */
+static void tree_hist(struct top *t)
+{
 	for (guint i = 0; i < t->hist_nodes->len; i++) {
 		struct node *n = t->hist_nodes->pdata[i];
 
@@ -501,8 +521,12 @@ static void build_tree(struct top *t)
 	g_hash_table_iter_init(&it, t->sinfo);
 	while (g_hash_table_iter_next(&it, &k, &v))
 		((struct siteinfo *)v)->term = tree_insert(t, k);
-	if (t->tick > 0)
-		accumulate_tree(t); /* the figures of the last refresh */
+	if (t->tick > 0) {
+		/* the figures of the last refresh */
+		tree_add_sites(t);
+		add_block_ages(t, false, true);
+		tree_hist(t);
+	}
 }
 
 static void sample(struct top *t, double now)
@@ -513,7 +537,6 @@ static void sample(struct top *t, double now)
 	long tick = ++t->tick;
 	unsigned w = tick < (long)t->W ? (unsigned)tick : t->W, W1 = t->W + 1;
 	unsigned sl = slot(t, tick), sl0 = slot(t, tick - (long)w);
-	double now_ns;
 
 	t->times[sl] = now;
 	if (t->src.status)
@@ -539,31 +562,19 @@ static void sample(struct top *t, double now)
 				si->term = tree_insert(t, s);
 		}
 		si->ring[tick % W1] = (double)s->samples;
-		touch(si->group, tick);
-		si->group->win += site_window(t, si);
-		si->group->alloc += (double)s->samples;
-		si->group->live += (double)s->live_samples;
+		add_site(t, si->group, s, site_window(t, si));
 	}
+	if (t->tree_built)
+		tree_add_sites(t);
 	/* ages of the live sampled blocks */
-	now_ns = age_now_ns(t);
-	g_hash_table_iter_init(&it, p->blocks);
-	while (g_hash_table_iter_next(&it, &k, &v)) {
-		struct profile_block *b = v;
-		struct siteinfo *si = b->site ? g_hash_table_lookup(t->sinfo, b->site) : NULL;
-		unsigned a;
-
-		if (!si || !si->group)
-			continue;
-		a = age_bucket((now_ns - (double)b->time_ns) * 1e-9);
-		si->group->ages[a] += (double)b->nsamples;
-	}
+	add_block_ages(t, true, t->tree_built);
 	for (guint i = 0; i < t->group_list->len; i++) {
 		struct node *g = t->group_list->pdata[i];
 
 		g->hist[sl] = g->stamp == tick ? g->live : 0;
 	}
 	if (t->tree_built)
-		accumulate_tree(t);
+		tree_hist(t);
 	/* the header */
 	t->g_alloc[sl] = (double)p->samples;
 	t->g_live[sl] = (double)p->live_samples;
