@@ -240,9 +240,10 @@ static __always_inline int domain5_plausible(struct ch_proc *p, __u64 dom, struc
  * current inside the runtime, where every probe sits).  A failure is
  * counted and the stack is not walked, so a wrong table cannot produce
  * made-up frames. */
-static __always_inline int domain_state_plausible(__u64 caml_state, struct ch_sample_event *ev)
+static __always_inline int domain_state_plausible(struct ch_proc *p, __u64 caml_state, struct ch_sample_event *ev)
 {
 	__u64 f[8], gc[5]; /* stat_minor_collections .. stat_compactions */
+	__u64 yp;
 
 	if (bpf_probe_read_user(f, sizeof(f), (void *)caml_state) ||
 	    bpf_probe_read_user(gc, sizeof(gc), (void *)(caml_state + CH_OCAML4_STAT_MINOR_COLLECTIONS)))
@@ -253,8 +254,8 @@ static __always_inline int domain_state_plausible(__u64 caml_state, struct ch_sa
 	ev->minor_gcs = (__u32)gc[0];
 	ev->major_gcs = (__u32)gc[1];
 	ev->compactions = (__u32)gc[(CH_OCAML4_STAT_COMPACTIONS - CH_OCAML4_STAT_MINOR_COLLECTIONS) / 8];
-	return f[CH_OCAML4_YOUNG_ALLOC_START / 8] <= f[CH_OCAML4_YOUNG_PTR / 8] &&
-	       f[CH_OCAML4_YOUNG_PTR / 8] <= f[CH_OCAML4_YOUNG_ALLOC_END / 8] &&
+	yp = p->young_ptr_off == CH_OCAML412_YOUNG_PTR ? f[CH_OCAML412_YOUNG_PTR / 8] : f[CH_OCAML4_YOUNG_PTR / 8];
+	return f[CH_OCAML4_YOUNG_ALLOC_START / 8] <= yp && yp <= f[CH_OCAML4_YOUNG_ALLOC_END / 8] &&
 	       f[CH_OCAML4_YOUNG_ALLOC_START / 8] < f[CH_OCAML4_YOUNG_ALLOC_END / 8];
 }
 
@@ -315,7 +316,7 @@ static __always_inline struct ch_sample_event *prepare_event_ext(struct ch_proc 
 			counters5(p, ev);
 		} else if (!bpf_probe_read_user(&caml_state, sizeof(caml_state),
 						(void *)(p->caml_state_sym + p->load_bias)) && caml_state) {
-			domain_state_plausible(caml_state, ev);
+			domain_state_plausible(p, caml_state, ev);
 			ev->in_minor_heap = 0;
 		}
 		unwind_lead(&u, lead);
@@ -331,7 +332,7 @@ static __always_inline struct ch_sample_event *prepare_event_ext(struct ch_proc 
 			unwind_ocaml5(ev, caml_state, p->load_bias, p->first_frame, lead);
 		}
 	} else if (bpf_probe_read_user(&caml_state, sizeof(caml_state), (void *)(p->caml_state_sym + p->load_bias)) ||
-	    !caml_state || !domain_state_plausible(caml_state, ev)) {
+	    !caml_state || !domain_state_plausible(p, caml_state, ev)) {
 		count(CH_CNT_BAD_STATE, 1);
 		ev->nframes = 0;
 		ev->term = CH_TERM_READ_ERROR;

@@ -125,8 +125,13 @@ static __always_inline int minor_read_view(struct ch_proc *p, struct minor_view 
 		count(CH_CNT_BAD_STATE, 1);
 		return -1;
 	}
-	v->limit = f[0];
-	v->yp = f[CH_OCAML4_YOUNG_PTR / 8];
+	if (p->young_limit_off == CH_OCAML412_YOUNG_LIMIT) {
+		v->limit = f[CH_OCAML412_YOUNG_LIMIT / 8];
+		v->yp = f[CH_OCAML412_YOUNG_PTR / 8];
+	} else {
+		v->limit = f[CH_OCAML4_YOUNG_LIMIT / 8];
+		v->yp = f[CH_OCAML4_YOUNG_PTR / 8];
+	}
 	v->start = f[CH_OCAML4_YOUNG_ALLOC_START / 8];
 	v->end = f[CH_OCAML4_YOUNG_ALLOC_END / 8];
 	v->young_trigger = f[CH_OCAML4_YOUNG_TRIGGER / 8];
@@ -138,6 +143,50 @@ static __always_inline int minor_read_view(struct ch_proc *p, struct minor_view 
 		return -1;
 	}
 	return 0;
+}
+
+/* The live checks of the layout camlheap assumes for young_limit and
+ * young_ptr (the two fields 4.12 and 4.13 swap: a young_limit write at
+ * young_ptr's offset livelocks the program).  Two invariants of the 4.12,
+ * 4.13 and 4.14 runtimes, each broken by the swapped layout:
+ *  - at caml_alloc_small_dispatch's entry the allocation has just crossed
+ *    the limit: young_ptr < young_limit (the Alloc_small test of
+ *    runtime/caml/memory.h, the `cmp young_limit; jb caml_call_gc` of
+ *    native code, asmcomp/amd64/emit.mlp);
+ *  - at the re-arm points the runtime has just stored young_limit =
+ *    max(young_trigger, caml_memprof_young_trigger), or young_alloc_end for
+ *    a pending action (runtime/signals.c caml_update_young_limit), and
+ *    young_ptr is rarely either.
+ * Nothing is written before one of them held (`at_entry`: the first;
+ * otherwise the second with young_ptr elsewhere and no action pending:
+ * read swapped, the "young_limit" would be young_ptr, equal to that value
+ * only if the "young_ptr", the real young_limit, is young_alloc_end, which
+ * it is only while an action is pending, caml_set_action_pending); once
+ * one breaks, the minor heap is left alone for good.  Returns true if
+ * writes are allowed. */
+static __always_inline bool minor_layout_check(struct ch_proc *p, struct minor_view *v, bool at_entry)
+{
+	__u64 formula = v->young_trigger > v->memprof_trig ? v->young_trigger : v->memprof_trig;
+	bool broken, holds;
+
+	if (p->layout == CH_LAYOUT_BAD)
+		return false;
+	if (at_entry) {
+		broken = v->yp >= v->limit;
+		holds = !broken && v->limit <= v->end;
+	} else {
+		broken = v->limit != formula && v->limit != v->end;
+		holds = v->limit == formula && formula != v->end && v->yp != formula && !v->pending;
+	}
+	if (broken) {
+		p->layout = CH_LAYOUT_BAD;
+		p->minor_on = 0;
+		count(CH_CNT_LAYOUT_BAD, 1);
+		return false;
+	}
+	if (holds)
+		p->layout = CH_LAYOUT_VERIFIED;
+	return p->layout == CH_LAYOUT_VERIFIED;
 }
 
 /* The sample point (g - 1) words below `top`: the first sampled word of a
@@ -192,24 +241,24 @@ static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_vi
 	}
 	if (want == v->limit)
 		return;
-	if (v->pending || v->limit == v->end) {
+	if (v->pending || v->limit == v->end || p->layout != CH_LAYOUT_VERIFIED) {
 		count(CH_CNT_WRITE_SKIPPED, 1);
 		return;
 	}
 	if (executor == CH_EXEC_KERNEL) {
 		__u32 pending = 0;
 
-		if (bpf_probe_write_user((void *)v->cs, &want, sizeof(want)))
+		if (bpf_probe_write_user((void *)(v->cs + p->young_limit_off), &want, sizeof(want)))
 			return;
 		count(CH_CNT_WRITES_KERNEL, 1);
 		/* the runtime's own re-check (signals.c caml_update_young_limit):
 		 * a signal recorded meanwhile must still be seen */
 		if (!bpf_probe_read_user(&pending, 4, (void *)(p->something_to_do_sym + p->load_bias)) && pending)
-			bpf_probe_write_user((void *)v->cs, &v->end, sizeof(v->end));
+			bpf_probe_write_user((void *)(v->cs + p->young_limit_off), &v->end, sizeof(v->end));
 	} else if (executor == CH_EXEC_PTRACE) {
 		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 		struct ch_write_req req = {
-			.addr = v->cs,
+			.addr = v->cs + p->young_limit_off,
 			.expect = v->limit,
 			.value = want,
 			.pending_addr = p->something_to_do_sym + p->load_bias,
@@ -357,18 +406,21 @@ int BPF_KPROBE(on_dispatch, __u64 wosize, __u32 flags, __u32 nallocs, __u64 lens
 	struct ch_inflight_key k = { .sp = PT_REGS_SP(ctx), .tid = (__u32)bpf_get_current_pid_tgid() };
 	struct ch_inflight in = { .wosize = wosize, .lens = lens, .flags = flags, .nallocs = nallocs };
 	struct inflight_tid it = { .whsize = wosize + 1, .pending = 1 };
-	__u64 cs = 0;
+	struct minor_view v;
 
 	if (!p || !p->minor_on)
 		return 0;
 	count(CH_CNT_DISPATCH, 1);
 	if (wosize > 256 || nallocs > 256) /* Max_young_wosize; a small block or nothing */
 		return 0;
+	if (minor_read_view(p, &v))
+		return 0;
+	minor_layout_check(p, &v, true);
+	if (!p->minor_on)
+		return 0;
 	bpf_map_update_elem(&dispatch_inflight, &k, &in, BPF_ANY);
-	if (bpf_probe_read_user(&cs, 8, (void *)(p->caml_state_sym + p->load_bias)) || !cs ||
-	    bpf_probe_read_user(&it.epoch, 8, (void *)(cs + CH_OCAML4_STAT_MINOR_COLLECTIONS)) ||
-	    bpf_probe_read_user(&it.pending, 4, (void *)(p->something_to_do_sym + p->load_bias)))
-		it.pending = 1;
+	it.epoch = v.epoch;
+	it.pending = v.pending;
 	bpf_map_update_elem(&inflight_by_tid, &k.tid, &it, BPF_ANY);
 	return 0;
 }
@@ -460,6 +512,9 @@ static __always_inline void rearm(struct pt_regs *ctx, bool may_defer)
 	__u64 defer_words = 0;
 
 	if (!p || !p->minor_on || minor_read_view(p, &v))
+		return;
+	minor_layout_check(p, &v, false);
+	if (!p->minor_on)
 		return;
 	minor_sync_epoch(p, &v);
 	it = bpf_map_lookup_elem(&inflight_by_tid, &tid);

@@ -168,6 +168,8 @@ enum ch_counter {
 	CH_CNT_MALLOC_OUTSIDE,     /* malloc samples taken outside OCaml code (C threads, blocking sections) */
 	CH_CNT_MALLOC_FREED,       /* sampled allocations seen freed */
 	CH_CNT_MMAP_LIBC,          /* mmap calls left out: made by libc itself (arenas, thread stacks) */
+	CH_CNT_LAYOUT_BAD,         /* 4.x: the domain state broke an invariant of its layout: minor sampling stopped,
+				    * nothing written (bpf/minor.bpf.h minor_layout_check) */
 	CH_CNT__COUNT
 };
 
@@ -175,6 +177,13 @@ enum ch_counter {
  * at attach (bias, addresses, first geometric draw), then owned by BPF.  In
  * OCaml 4.x only the thread holding the master lock runs the runtime, so the
  * sampler state needs no atomics. */
+/* ch_proc.layout: the 4.x live checks of the young_limit/young_ptr offsets. */
+enum ch_layout {
+	CH_LAYOUT_UNVERIFIED = 0, /* no invariant seen to hold yet: nothing is written */
+	CH_LAYOUT_VERIFIED,       /* an invariant held that a wrong layout breaks: writes allowed */
+	CH_LAYOUT_BAD,            /* an invariant broke: minor sampling stopped for good */
+};
+
 struct ch_proc {
 	__u64 load_bias;            /* runtime vaddr - link-time vaddr of the executable */
 	__u64 caml_state_sym;       /* link-time vaddr of the global `Caml_state` pointer (4.x) */
@@ -195,7 +204,14 @@ struct ch_proc {
 	__u8 census_on;             /* follow sampled blocks (young/major sets, collection hooks) */
 	__u8 ocaml5;                /* an OCaml 5 runtime: per-domain state, fibers (the 4.x fields unused) */
 	__u8 first_frame;           /* OCaml 5: First_frame(sp) - sp, 8 (16 with frame pointers), runtime/caml/stack.h */
-	__u8 pad[2];
+	/* 4.x: offsetof(caml_domain_state, young_limit) and (young_ptr), bytes:
+	 * 0 and 8 from 4.13 on, 8 and 0 in 4.12 (runtime/caml/domain_state.tbl) */
+	__u8 young_limit_off;
+	__u8 young_ptr_off;
+	/* 4.x: what the live checks found of that layout (enum ch_layout); no
+	 * young_limit write is made before it is CH_LAYOUT_VERIFIED */
+	__u8 layout;
+	__u8 pad[3];
 	/* Census: sample ids, and the fill of the tracking arrays (entries
 	 * 0..young_n-1 of young_tracked, 0..major_n-1 of major_tracked).  Owned
 	 * by BPF; 4.x runs the runtime under one lock, so plain updates. */
@@ -384,6 +400,10 @@ struct ch_sample_event {
  * runtime/caml/domain_state.tbl).  4.14 only appends fields. */
 #define CH_OCAML4_YOUNG_LIMIT 0
 #define CH_OCAML4_YOUNG_PTR 8
+/* 4.12 (and 4.10, 4.11) put young_ptr first; every other field read here
+ * sits where 4.13 has it (4.12.1 runtime/caml/domain_state.tbl). */
+#define CH_OCAML412_YOUNG_LIMIT 8
+#define CH_OCAML412_YOUNG_PTR 0
 #define CH_OCAML4_YOUNG_START 32
 #define CH_OCAML4_YOUNG_END 40
 #define CH_OCAML4_YOUNG_ALLOC_START 48

@@ -58,7 +58,10 @@ _built = {}
 def _fixtures_for(name):
     """Build the fixtures with toolchain `name`; returns their directory."""
     if name not in _built:
-        prefix = toolchains.ensure(name)
+        try:
+            prefix = toolchains.ensure(name)
+        except toolchains.Unavailable as e:
+            raise chtest.Skip("OCaml %s cannot be had: %s" % (name, e))
         build = os.path.join(chtest.BUILD, "v" + name)
         targets = ["fixtures"] + (["fixtures5"] if name.startswith("5.") else [])
         p = subprocess.run(["make", "-s", "BUILD=" + build, "OCAMLOPT=" + os.path.join(prefix, "bin", "ocamlopt")]
@@ -86,8 +89,8 @@ def _make(name, mod, check):
     return run
 
 
-def test_v4_14_0__runtime_version_is_reported():
-    fixtures = _fixtures_for("4.14.0")
+def _runtime_version_is_reported(name):
+    fixtures = _fixtures_for(name)
     saved = chtest.FIXTURES
     chtest.FIXTURES = fixtures
     try:
@@ -95,13 +98,39 @@ def test_v4_14_0__runtime_version_is_reported():
     finally:
         chtest.FIXTURES = saved
     assert rc == 0, err
-    assert "(OCaml 4.14.0)" in rep.text.splitlines()[1], rep.text.splitlines()[1]
+    assert "(OCaml %s)" % name in rep.text.splitlines()[1], rep.text.splitlines()[1]
+    # fully supported: the minor heap is sampled, not left read-only
+    assert rep.first_line().startswith("camlheap: executor ptrace; every allocation is sampled"), rep.first_line()
 
 
-for _mod, _check in CHECKS:
-    _f = _make("4.14.0", _mod, _check)
+# 4.x releases beside Debian's 4.13.1: the whole 4.x selection on 4.14.0
+# and 4.14.2; a core matrix on 4.12.0 and 4.12.1 (each check of CHECKS_CORE
+# also runs on the others), so that `make test` stays within CI's time.
+RELEASES4 = ("4.12.0", "4.12.1", "4.14.0", "4.14.2")
+CHECKS_CORE = {
+    "test_major_sites_rate_1e3", "test_custom_and_unmarshal_sites", "test_major_agrees_with_in_process_memprof",
+    "test_minor_sites_rate_1e4", "test_minor_exact_at_rate_one", "test_minor_agrees_with_in_process_memprof",
+    "test_live_at_end_matches_the_fixtures_own_count", "test_fates_agree_with_in_process_memprof",
+    "test_chain_exact_stack", "test_callback_from_finaliser", "test_bigarray_sites_and_whose_data",
+    "test_malloc_sites_estimates_and_leaf_function", "test_batch_estimates_match_the_fixtures_allocation",
+}
+# checks not in CHECKS that every 4.x release also runs
+CHECKS4_EXTRA = [
+    (_minor, "test_minor_outputs_identical_with_and_without_camlheap"),
+    (_minor, "test_minor_kill9_never_harms_target"),
+]
+
+for _name in RELEASES4:
+    def _f(_name=_name):
+        _runtime_version_is_reported(_name)
+    _f.__name__ = "test_v%s__runtime_version_is_reported" % _name.replace(".", "_")
     globals()[_f.__name__] = _f
-del _mod, _check, _f
+    for _mod, _check in CHECKS + CHECKS4_EXTRA:
+        if _name.startswith("4.12") and _check not in CHECKS_CORE and (_mod, _check) not in CHECKS4_EXTRA:
+            continue
+        _f = _make(_name, _mod, _check)
+        globals()[_f.__name__] = _f
+del _mod, _check, _f, _name
 
 
 # OCaml 5: the same checks, unchanged, except those of the census (not on 5.x
@@ -230,6 +259,9 @@ def _check_offsets(libdir, major_minor):
             "YOUNG_LIMIT", "YOUNG_PTR", "YOUNG_START", "YOUNG_END", "YOUNG_ALLOC_START", "YOUNG_ALLOC_END",
             "YOUNG_TRIGGER", "BOTTOM_OF_STACK", "LAST_RETURN_ADDRESS", "STAT_MINOR_COLLECTIONS",
             "STAT_MAJOR_COLLECTIONS", "STAT_COMPACTIONS")}
+        if major_minor <= (4, 12):
+            want["young_limit"] = ch["CH_OCAML412_YOUNG_LIMIT"]
+            want["young_ptr"] = ch["CH_OCAML412_YOUNG_PTR"]
     assert have == want, "camlheap.h disagrees with %s: %s" % (
         libdir, {k: (want.get(k), have.get(k)) for k in set(have) | set(want) if want.get(k) != have.get(k)})
 
@@ -239,15 +271,34 @@ def test_v4_13__offsets_match_the_runtime_headers():
 
 
 def test_v4_14_0__offsets_match_the_runtime_headers():
-    _check_offsets(os.path.join(toolchains.ensure("4.14.0"), "lib", "ocaml"), (4, 14))
+    _check_offsets(_toolchain_lib("4.14.0"), (4, 14))
+
+
+def _toolchain_lib(name):
+    try:
+        return os.path.join(toolchains.ensure(name), "lib", "ocaml")
+    except toolchains.Unavailable as e:
+        raise chtest.Skip("OCaml %s cannot be had: %s" % (name, e))
+
+
+def test_v4_12_0__offsets_match_the_runtime_headers():
+    _check_offsets(_toolchain_lib("4.12.0"), (4, 12))
+
+
+def test_v4_12_1__offsets_match_the_runtime_headers():
+    _check_offsets(_toolchain_lib("4.12.1"), (4, 12))
+
+
+def test_v4_14_2__offsets_match_the_runtime_headers():
+    _check_offsets(_toolchain_lib("4.14.2"), (4, 14))
 
 
 def test_v5_1_0__offsets_match_the_runtime_headers():
-    _check_offsets(os.path.join(toolchains.ensure("5.1.0"), "lib", "ocaml"), (5, 1))
+    _check_offsets(_toolchain_lib("5.1.0"), (5, 1))
 
 
 def test_v5_3_0__offsets_match_the_runtime_headers():
-    _check_offsets(os.path.join(toolchains.ensure("5.3.0"), "lib", "ocaml"), (5, 3))
+    _check_offsets(_toolchain_lib("5.3.0"), (5, 3))
 
 
 # -- OCaml 5 fixtures ------------------------------------------------------------

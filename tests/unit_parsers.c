@@ -418,6 +418,81 @@ static void test_minor_plan(const struct elf_image *img, const char *what)
 	      "find_rearm pattern", "accepted a foreign pattern or missed a synthetic one");
 }
 
+/* caml_update_young_limit as GCC 12 compiles 4.13.1's (Debian's
+ * libasmrun.a) at fn = 0x1000, Caml_state at 0x3000, young_limit at
+ * `lim`; `tail_ret`: the conditional store placed after a ret, as another
+ * compiler may lay it out. */
+static size_t update_young_limit_code(uint8_t *c, unsigned lim, bool tail_ret)
+{
+	size_t n = 0;
+	uint32_t rel;
+
+#define PUT(...)                                                     \
+	do {                                                         \
+		const uint8_t b_[] = { __VA_ARGS__ };                \
+		memcpy(c + n, b_, sizeof(b_));                       \
+		n += sizeof(b_);                                     \
+	} while (0)
+#define CS_LOAD(modrm) /* mov Caml_state(%rip),%reg */               \
+	do {                                                         \
+		PUT(0x48, 0x8b, modrm);                              \
+		rel = 0x3000 - (0x1000 + (uint32_t)n + 4);           \
+		memcpy(c + n, &rel, 4);                              \
+		n += 4;                                              \
+	} while (0)
+	CS_LOAD(0x15);                                  /* mov Caml_state,%rdx */
+	PUT(0x48, 0x8b, 0x0d, 0x10, 0x00, 0x00, 0x00);  /* mov memprof_trigger(%rip),%rcx */
+	PUT(0x48, 0x8b, 0x42, 0x48);                    /* mov 0x48(%rdx),%rax: young_trigger */
+	PUT(0x48, 0x39, 0xc8);                          /* cmp %rcx,%rax */
+	PUT(0x48, 0x0f, 0x42, 0xc1);                    /* cmovb %rcx,%rax */
+	PUT(0x48, 0x89, 0x42, (uint8_t)lim);            /* mov %rax,lim(%rdx) */
+	PUT(0x8b, 0x05, 0x20, 0x00, 0x00, 0x00);        /* mov something_to_do(%rip),%eax */
+	PUT(0x85, 0xc0);                                /* test %eax,%eax */
+	PUT(tail_ret ? 0x75 : 0x74, tail_ret ? 0x01 : 0x0e);
+	if (tail_ret)
+		PUT(0xc3);
+	CS_LOAD(0x05);                                  /* mov Caml_state,%rax */
+	PUT(0x48, 0x8b, 0x50, 0x38);                    /* mov 0x38(%rax),%rdx: young_alloc_end */
+	PUT(0x48, 0x89, 0x50, (uint8_t)lim);            /* mov %rdx,lim(%rax) */
+	PUT(0xc3);
+#undef CS_LOAD
+#undef PUT
+	return n;
+}
+
+static void test_limit_layout(void)
+{
+	uint8_t c[128];
+	unsigned off = 99;
+	size_t n;
+	int r13, r12, rtail, rbad, rforeign, rmissing;
+
+	n = update_young_limit_code(c, 0, false);
+	r13 = ocaml_runtime_limit_layout(c, n, 0x1000, 0x3000, 72, 56, &off);
+	check(r13 == 1 && off == 0, "limit layout: 4.13 form", "returned %d, offset %u", r13, off);
+	n = update_young_limit_code(c, 8, false);
+	r12 = ocaml_runtime_limit_layout(c, n, 0x1000, 0x3000, 72, 56, &off);
+	check(r12 == 1 && off == 8, "limit layout: 4.12 form", "returned %d, offset %u", r12, off);
+	n = update_young_limit_code(c, 0, true);
+	rtail = ocaml_runtime_limit_layout(c, n, 0x1000, 0x3000, 72, 56, &off);
+	check(rtail == 1 && off == 0, "limit layout: store after a ret", "returned %d, offset %u", rtail, off);
+	/* the two stores disagree: contradicts any layout */
+	n = update_young_limit_code(c, 0, false);
+	c[n - 2] = 8;
+	rbad = ocaml_runtime_limit_layout(c, n, 0x1000, 0x3000, 72, 56, &off);
+	/* young_trigger read elsewhere than expected */
+	n = update_young_limit_code(c, 0, false);
+	rmissing = ocaml_runtime_limit_layout(c, n, 0x1000, 0x3000, 80, 56, &off);
+	check(rbad == -1 && rmissing == -1, "limit layout: contradictions", "stores disagreeing %d, trigger elsewhere %d",
+	      rbad, rmissing);
+	/* Caml_state elsewhere: no store into it is seen; an unknown instruction */
+	n = update_young_limit_code(c, 0, false);
+	rforeign = ocaml_runtime_limit_layout(c, n, 0x1000, 0x4000, 72, 56, &off);
+	c[0] = 0xcc;
+	check(rforeign == 0 && ocaml_runtime_limit_layout(c, n, 0x1000, 0x3000, 72, 56, &off) == 0,
+	      "limit layout: unrecognised code", "foreign Caml_state gave %d", rforeign);
+}
+
 static void test_version(const struct elf_image *img, const char *path)
 {
 	char ver[64] = "", cmd[512], out[64] = "";
@@ -1010,6 +1085,7 @@ int main(int argc, char **argv)
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	test_demangle();
+	test_limit_layout();
 	test_self_dwarf();
 	test_ocamlopt(ocamlopt ? ocamlopt : DEFAULT_OCAMLOPT);
 	if (argc == 3)

@@ -655,7 +655,8 @@ static size_t elf_image_version_len(const unsigned char *p, size_t n)
 		}
 	}
 	if (i < n && (p[i] == '+' || p[i] == '~')) {
-		for (i++; i < n && (isalnum(p[i]) || strchr("_.+~-", p[i])); i++)
+		/* p[i] && : strchr also finds the string's own NUL */
+		for (i++; i < n && p[i] && (isalnum(p[i]) || strchr("_.+~-", p[i])); i++)
 			;
 	}
 	return i < n && p[i] == '\0' ? i : 0;
@@ -700,12 +701,19 @@ int elf_image_find_ocaml_version(const struct elf_image *img, char *buf, size_t 
 	 * Stdlib__Sys's own data is searched, so that a program's string that
 	 * merely looks like a version ("4.05.0") is never taken for the
 	 * runtime's. */
-	const struct elf_symbol *b = elf_image_symbol(img, "camlStdlib__Sys__data_begin");
-	const struct elf_symbol *e = elf_image_symbol(img, "camlStdlib__Sys__data_end");
+	/* The module's symbol prefix: camlStdlib__Sys (4.13, 4.14),
+	 * camlStdlib__Sys. (5.x separates with a dot), camlStdlib__sys (4.07 to
+	 * 4.12 name the stdlib's files stdlib__sys.ml). */
+	static const char *const names[][2] = {
+		{ "camlStdlib__Sys__data_begin", "camlStdlib__Sys__data_end" },
+		{ "camlStdlib__Sys.data_begin", "camlStdlib__Sys.data_end" },
+		{ "camlStdlib__sys__data_begin", "camlStdlib__sys__data_end" },
+	};
+	const struct elf_symbol *b = NULL, *e = NULL;
 
-	if (!b || !e) { /* OCaml 5 separates with a dot */
-		b = elf_image_symbol(img, "camlStdlib__Sys.data_begin");
-		e = elf_image_symbol(img, "camlStdlib__Sys.data_end");
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !(b && e); i++) {
+		b = elf_image_symbol(img, names[i][0]);
+		e = elf_image_symbol(img, names[i][1]);
 	}
 
 	if (b && e && e->vaddr > b->vaddr) {

@@ -88,7 +88,8 @@ int elf_image_build_id(const struct elf_image *img, char *buf, size_t buflen);
 
 /* Sys.ocaml_version of an OCaml executable: the NUL-delimited "4.13.1"
  * style string ("4.14.2+dev", "5.3.0") in the data of Stdlib__Sys, between
- * camlStdlib__Sys__data_begin and __data_end.  Copies it into buf.  Returns
+ * camlStdlib__Sys__data_begin and __data_end (5.x: camlStdlib__Sys.data_begin;
+ * 4.12 and older: camlStdlib__sys__data_begin).  Copies it into buf.  Returns
  * 0, or -ENOENT when the program does not link Stdlib.Sys (or lacks those
  * symbols): strings elsewhere are never trusted. */
 int elf_image_find_ocaml_version(const struct elf_image *img, char *buf, size_t buflen);

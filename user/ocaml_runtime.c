@@ -85,6 +85,172 @@ long ocaml_runtime_find_rearm(const uint8_t *c, size_t len, uint64_t fn, uint64_
 	return -1;
 }
 
+/* A ModRM operand at c[0..n) (REX bits `rex`): its length, and either the
+ * register (*reg_op true, *base the register) or the memory operand (*base
+ * the base register, -1 for rip-relative, -2 for one camlheap does not
+ * follow (SIB with an index, no base); *disp its displacement).  0 if cut
+ * short. */
+static size_t modrm_operand(const uint8_t *c, size_t n, uint8_t rex, unsigned *reg, int *base, int64_t *disp,
+			    bool *reg_op)
+{
+	size_t i = 1;
+	uint8_t mod, rm;
+
+	if (n < 1)
+		return 0;
+	mod = c[0] >> 6;
+	rm = c[0] & 7;
+	*reg = ((c[0] >> 3) & 7) | (rex & 4 ? 8 : 0);
+	*disp = 0;
+	*reg_op = mod == 3;
+	if (mod == 3) {
+		*base = rm | (rex & 1 ? 8 : 0);
+		return 1;
+	}
+	if (rm == 4) { /* SIB */
+		if (n < 2)
+			return 0;
+		*base = (c[1] & 7) == 5 && mod == 0 ? -2 : (c[1] & 7) | (rex & 1 ? 8 : 0);
+		if (((c[1] >> 3) & 7) != 4 || (rex & 2))
+			*base = -2; /* an index register */
+		i = 2;
+		if ((c[1] & 7) == 5 && mod == 0) {
+			i += 4;
+			return i <= n ? i : 0;
+		}
+	} else if (mod == 0 && rm == 5) {
+		*base = -1;
+		if (n < 5)
+			return 0;
+		*disp = (int32_t)rd32(c + 1);
+		return 5;
+	} else {
+		*base = rm | (rex & 1 ? 8 : 0);
+	}
+	if (mod == 1) {
+		if (i + 1 > n)
+			return 0;
+		*disp = (int8_t)c[i];
+		i += 1;
+	} else if (mod == 2) {
+		if (i + 4 > n)
+			return 0;
+		*disp = (int32_t)rd32(c + i);
+		i += 4;
+	}
+	return i;
+}
+
+int ocaml_runtime_limit_layout(const uint8_t *c, size_t len, uint64_t fn, uint64_t cs_sym, unsigned trigger_off,
+			       unsigned alloc_end_off, unsigned *store_off)
+{
+	unsigned cs = 0; /* registers holding Caml_state (bit per register number) */
+	bool stored = false, bad_store = false, saw_trigger = false, saw_end = false;
+	size_t i = 0;
+
+	while (i < len) {
+		const uint8_t *p = c + i;
+		size_t n = len - i, j = 0, m;
+		uint8_t rex = 0, op;
+		unsigned reg;
+		int base;
+		int64_t disp;
+		bool reg_op, mem_cs;
+
+		if (n >= 4 && p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa) { /* endbr64 */
+			i += 4;
+			continue;
+		}
+		if (p[0] == 0xc3 || p[0] == 0x90) { /* ret (code after it is reached by a jump), nop */
+			i += 1;
+			continue;
+		}
+		if (n >= 2 && p[0] == 0xf3 && p[1] == 0xc3) { /* repz ret */
+			i += 2;
+			continue;
+		}
+		if (p[0] >= 0x50 && p[0] <= 0x57) { /* push */
+			i += 1;
+			continue;
+		}
+		if (p[0] >= 0x70 && p[0] <= 0x7f && n >= 2) { /* jcc rel8: both ways are decoded in order */
+			i += 2;
+			continue;
+		}
+		if (p[0] == 0xeb && n >= 2) { /* jmp rel8 */
+			i += 2;
+			continue;
+		}
+		if ((p[0] & 0xf0) == 0x40)
+			rex = p[j++];
+		if (j >= n)
+			return 0;
+		op = p[j++];
+		if (op >= 0x58 && op <= 0x5f) { /* pop: the register is no longer known */
+			cs &= ~(1u << ((op & 7) | (rex & 1 ? 8 : 0)));
+			i += j;
+			continue;
+		}
+		if (op == 0x0f) {
+			if (j >= n)
+				return 0;
+			op = p[j++];
+			if (op == 0x1f) { /* nop r/m */
+				m = modrm_operand(p + j, n - j, rex, &reg, &base, &disp, &reg_op);
+				if (!m)
+					return 0;
+				i += j + m;
+				continue;
+			}
+			if (op >= 0x80 && op <= 0x8f && n >= j + 4) { /* jcc rel32 */
+				i += j + 4;
+				continue;
+			}
+			if (op < 0x40 || op > 0x4f) /* cmovcc r, r/m */
+				return 0;
+			op = 0x8b; /* as a load: the destination may change */
+			rex &= ~8; /* not a Caml_state load */
+		} else if (op != 0x8b && op != 0x89 && op != 0x39 && op != 0x3b && op != 0x85) {
+			return 0; /* mov, cmp, test only */
+		}
+		m = modrm_operand(p + j, n - j, rex, &reg, &base, &disp, &reg_op);
+		if (!m)
+			return 0;
+		mem_cs = !reg_op && base >= 0 && (cs & (1u << base));
+		if (op == 0x8b) { /* load into reg */
+			if (!reg_op && base == -1 && (rex & 8) && fn + i + j + m + (uint64_t)disp == cs_sym)
+				cs |= 1u << reg;
+			else if (reg_op && (rex & 8) && (cs & (1u << base)))
+				cs |= 1u << reg;
+			else
+				cs &= ~(1u << reg);
+			if (mem_cs && (uint64_t)disp == trigger_off)
+				saw_trigger = true;
+			if (mem_cs && (uint64_t)disp == alloc_end_off)
+				saw_end = true;
+		} else if (op == 0x89) { /* store reg into r/m */
+			if (reg_op) {
+				if ((rex & 8) && (cs & (1u << reg)))
+					cs |= 1u << base;
+				else
+					cs &= ~(1u << base);
+			} else if (mem_cs) {
+				if (!stored)
+					*store_off = (unsigned)disp;
+				else if ((unsigned)disp != *store_off)
+					bad_store = true;
+				stored = true;
+			}
+		}
+		i += j + m;
+	}
+	if (!stored)
+		return 0;
+	if (bad_store || !saw_trigger || !saw_end)
+		return -1;
+	return 1;
+}
+
 uint64_t ocaml_runtime_find_final_todo(const uint8_t *c, size_t len, uint64_t fn)
 {
 	for (size_t i = 0; i + 8 <= len && i < 64; i++)
@@ -379,6 +545,145 @@ static void plan_bigarray(const struct elf_image *img, struct ocaml_runtime *rt)
 		rt->probes[OCAML_PROBE_MAPPED_ALLOC].present = true;
 }
 
+/* The release lines camlheap supports, the patch releases its tests run
+ * on (tests/test_versions.py), and where 4.x keeps young_limit and
+ * young_ptr.  4.x is taken at any patch level, its writes being checked
+ * against the runtime's own code (check_layout4); 5.x only at the tested
+ * ones, anything else of a 5.x line read-only. */
+static const struct ocaml_release {
+	int major, minor;
+	const char *tested;    /* comma-separated patch releases */
+	uint8_t young_limit_off, young_ptr_off;
+} releases[] = {
+	{ 4, 12, "4.12.0, 4.12.1", CH_OCAML412_YOUNG_LIMIT, CH_OCAML412_YOUNG_PTR },
+	{ 4, 13, "4.13.1", CH_OCAML4_YOUNG_LIMIT, CH_OCAML4_YOUNG_PTR },
+	{ 4, 14, "4.14.0, 4.14.2", CH_OCAML4_YOUNG_LIMIT, CH_OCAML4_YOUNG_PTR },
+	{ 5, 1, "5.1.0", 0, 0 },
+	{ 5, 3, "5.3.0", 0, 0 },
+};
+
+const char ocaml_runtime_supported[] = "4.12, 4.13, 4.14, 5.1, 5.3";
+#define TESTED_RELEASES "4.12.0, 4.12.1, 4.13.1, 4.14.0, 4.14.2, 5.1.0, 5.3.0"
+
+/* Is "4.14.2" among "4.14.0, 4.14.2"? */
+static bool in_list(const char *list, const char *version)
+{
+	size_t n = strlen(version);
+
+	for (const char *p = list; (p = strstr(p, version)) != NULL; p += n)
+		if ((p == list || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+/* rt->version read from the executable: accept a supported release, or
+ * say why not.  Sets major/minor, the 4.x offsets, and release_known. */
+static enum ocaml_detect_result check_release(const char *name, struct ocaml_runtime *rt, char *msg, size_t msglen)
+{
+	int patch = -1, end = 0;
+	const struct ocaml_release *r = NULL;
+
+	if (sscanf(rt->version, "%d.%d.%d%n", &rt->major, &rt->minor, &patch, &end) != 3) {
+		snprintf(msg, msglen, "%s holds an OCaml version camlheap cannot read (%s)", name, rt->version);
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	for (size_t i = 0; i < sizeof(releases) / sizeof(releases[0]); i++)
+		if (releases[i].major == rt->major && releases[i].minor == rt->minor)
+			r = &releases[i];
+	if (r && rt->version[end]) {
+		snprintf(msg, msglen,
+			 "%s uses OCaml %s, a development or pre-release build (camlheap supports the releases "
+			 "%s; tested: %s): its runtime's internal layout may differ from the release's, and camlheap "
+			 "never writes into a runtime it has not identified; rebuild with a release compiler",
+			 name, rt->version, ocaml_runtime_supported, TESTED_RELEASES);
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	if (!r) {
+		snprintf(msg, msglen,
+			 "%s uses the OCaml %s runtime, which camlheap does not support (supported: %s; tested: %s: "
+			 "the runtime's internal layout changes between releases); rebuild with a supported compiler%s",
+			 name, rt->version, ocaml_runtime_supported, TESTED_RELEASES,
+			 rt->major == 5 && rt->minor < 3 ? " (OCaml 5.0 to 5.2 have no Gc.Memprof to profile in-process either)"
+							 : ", or profile in-process with Gc.Memprof (e.g. memtrace)");
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	rt->young_limit_off = r->young_limit_off;
+	rt->young_ptr_off = r->young_ptr_off;
+	rt->release_known = rt->major == 4 || in_list(r->tested, rt->version);
+	if (!rt->release_known)
+		snprintf(rt->minor_why, sizeof(rt->minor_why),
+			 "OCaml %s is not among the %d.%d releases camlheap was tested with (%s), so camlheap "
+			 "writes nothing into the program",
+			 rt->version, rt->major, rt->minor, r->tested);
+	return OCAML_OK;
+}
+
+/* OCaml 4.x: the young_limit offset camlheap would write, confirmed from
+ * the code of caml_update_young_limit (ocaml_runtime_limit_layout).  A
+ * runtime whose code contradicts its release's layout is refused; one
+ * whose release is unknown (no Sys.ocaml_version) takes the layout its
+ * code shows and is profiled read-only, as is one whose code is not of a
+ * recognised form. */
+static enum ocaml_detect_result check_layout4(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
+					      char *msg, size_t msglen)
+{
+	const struct elf_symbol *ul = elf_image_symbol(img, "caml_update_young_limit");
+	size_t len = ul && ul->size && ul->size < 4096 ? ul->size : 0;
+	const uint8_t *code = len ? elf_image_data(img, ul->vaddr, len) : NULL;
+	unsigned store = 0;
+	/* CAMLHEAP_TEST_NO_CODE_CHECK=1, for the tests only: leave the live
+	 * checks of bpf/minor.bpf.h alone between the program and a write */
+	bool skip = getenv("CAMLHEAP_TEST_NO_CODE_CHECK") && !strcmp(getenv("CAMLHEAP_TEST_NO_CODE_CHECK"), "1");
+	int r = skip ? 1 : code && rt->caml_state_sym ? ocaml_runtime_limit_layout(code, len, ul->vaddr, rt->caml_state_sym,
+									CH_OCAML4_YOUNG_TRIGGER, CH_OCAML4_YOUNG_ALLOC_END,
+									&store)
+					   : 0;
+
+	if (skip)
+		store = rt->young_limit_off;
+	if (!rt->version[0]) {
+		/* Stdlib.Sys not linked: nothing says which release this is */
+		snprintf(rt->version, sizeof(rt->version), "4.x, release unknown");
+		rt->major = 4;
+		rt->minor = -1;
+		rt->release_known = false;
+		if (r == 1 && store == CH_OCAML412_YOUNG_LIMIT) {
+			rt->young_limit_off = CH_OCAML412_YOUNG_LIMIT;
+			rt->young_ptr_off = CH_OCAML412_YOUNG_PTR;
+		} else {
+			rt->young_limit_off = CH_OCAML4_YOUNG_LIMIT;
+			rt->young_ptr_off = CH_OCAML4_YOUNG_PTR;
+		}
+		snprintf(rt->minor_why, sizeof(rt->minor_why),
+			 "the program's OCaml release is unknown (it does not link Stdlib.Sys, where camlheap reads "
+			 "Sys.ocaml_version), so camlheap writes nothing into it");
+		return OCAML_OK;
+	}
+	if (r < 0 || (r == 1 && store != rt->young_limit_off)) {
+		char what[96];
+
+		if (r == 1)
+			snprintf(what, sizeof(what), "stores young_limit at byte %u of Caml_state", store);
+		else
+			snprintf(what, sizeof(what), "stores to other fields of Caml_state or reads others");
+		snprintf(msg, msglen,
+			 "%s says it is OCaml %s, but its runtime's code does not match that release's layout "
+			 "(caml_update_young_limit %s; OCaml %s keeps young_limit at byte %u): a patched or "
+			 "misidentified runtime, into which camlheap writes nothing; profile a program built with an "
+			 "unmodified compiler release",
+			 name, rt->version, what, rt->version, rt->young_limit_off);
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	if (r == 0) {
+		rt->release_known = false;
+		snprintf(rt->minor_why, sizeof(rt->minor_why),
+			 "young_limit's place in Caml_state could not be confirmed from the code of "
+			 "caml_update_young_limit (compiled differently from the runtimes camlheap was tested with), so "
+			 "camlheap writes nothing into the program");
+	}
+	return OCAML_OK;
+}
+
 /* OCaml 5.1 and 5.3 (ocaml-runtime.md §1.3-1.5, §3.4-3.5, §7.1). */
 static enum ocaml_detect_result detect5(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
 					char *msg, size_t msglen)
@@ -534,30 +839,30 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 
 	if (elf_image_find_ocaml_version(img, rt->version, sizeof(rt->version)) < 0)
 		rt->version[0] = '\0';
-	if (sscanf(rt->version, "%d.%d", &rt->major, &rt->minor) != 2)
-		rt->major = rt->minor = -1;
-	if (rt->major >= 0 && !(rt->major == 4 && (rt->minor == 13 || rt->minor == 14)) &&
-	    !(rt->major == 5 && (rt->minor == 1 || rt->minor == 3))) {
-		snprintf(msg, msglen,
-			 "%s uses the OCaml %s runtime, which camlheap does not support yet "
-			 "(supported: 4.13, 4.14, 5.1, 5.3: the runtime's internal layout changes between releases); "
-			 "rebuild with a supported compiler%s",
-			 name, rt->version,
-			 rt->major == 5 && rt->minor < 3 ? " (OCaml 5.0 to 5.2 have no Gc.Memprof to profile in-process either)"
-						       : ", or profile in-process with Gc.Memprof (e.g. memtrace)");
-		return OCAML_UNSUPPORTED_VERSION;
-	}
+	if (rt->version[0]) {
+		enum ocaml_detect_result r = check_release(name, rt, msg, msglen);
 
+		if (r != OCAML_OK)
+			return r;
+	} else {
+		rt->major = rt->minor = -1;
+	}
 	if (rt->major < 0 && has_symbol(img, "caml_domain_spawn")) {
 		snprintf(msg, msglen, "%s uses an OCaml 5 runtime whose release is unknown (the program does not "
 				      "link Stdlib.Sys, where camlheap reads it): camlheap needs the exact 5.x release "
-				      "(supported: 5.1, 5.3)",
-			 name);
+				      "(supported: %s)",
+			 name, ocaml_runtime_supported);
 		return OCAML_UNSUPPORTED_VERSION;
 	}
 	if (rt->major == 5) {
 		enum ocaml_detect_result r = detect5(img, name, rt, msg, msglen);
 
+		if (r == OCAML_OK && !rt->release_known && rt->minor_ok) {
+			/* read-only: minor_why says why (check_release) */
+			rt->minor_ok = false;
+			for (int i = OCAML_PROBE_DISPATCH5; i <= OCAML_PROBE_RESET_LIMIT; i++)
+				rt->probes[i].present = false;
+		}
 		if (r == OCAML_OK)
 			plan_bigarray(img, rt);
 		return r;
@@ -579,8 +884,17 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 			strncat(missing, probe_symbols[i], sizeof(missing) - strlen(missing) - 1);
 		}
 	}
-	if (!missing[0])
-		plan_minor(img, rt);
+	if (!missing[0]) {
+		enum ocaml_detect_result r = check_layout4(img, name, rt, msg, msglen);
+
+		if (r != OCAML_OK)
+			return r;
+		if (rt->release_known)
+			plan_minor(img, rt);
+		else
+			for (int i = OCAML_PROBE_DISPATCH; i <= OCAML_PROBE_TRACK_YOUNG; i++)
+				rt->probes[i].present = false;
+	}
 	rt->census_ok = true;
 	for (int i = OCAML_PROBE_MINOR_UPDATE; i <= OCAML_PROBE_COMPACTION; i++)
 		if (plan_argless_probe(img, probe_symbols[i], &rt->probes[i]) == 0) {
@@ -600,16 +914,6 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 			 "stripped of .dynsym or linked without -E: rebuild it with the default ocamlopt flags",
 			 name, rt->version[0] ? rt->version : "version unknown", missing);
 		return OCAML_MISSING_SYMBOLS;
-	}
-	if (rt->major < 0) {
-		/* No Sys.ocaml_version (Stdlib.Sys not linked): a 4.x runtime
-		 * with memprof's hooks and Caml_state, and not 5.x, is taken as
-		 * 4.13/4.14-compatible; the domain-state offsets are checked on
-		 * the live state at every sample, so a wrong guess is counted
-		 * and reported, never turned into made-up stacks. */
-		snprintf(rt->version, sizeof(rt->version), "4.13-compatible");
-		rt->major = 4;
-		rt->minor = 13;
 	}
 	plan_bigarray(img, rt);
 	return OCAML_OK;

@@ -94,6 +94,11 @@ struct ocaml_runtime {
 	uint64_t gc_stats_sym;     /* 5.x: gc_stats.c's `sampled_gc_stats` (5.1: the array; 5.3: a pointer to it),
 				    * 0 if unknown (.symtab stripped): the major heap's size */
 	uint64_t params_sym;       /* 5.3: `const struct caml_params *const caml_params` (max_domains), 0 if unknown */
+	/* 4.x: offsetof(caml_domain_state, young_limit) and (young_ptr), bytes
+	 * (CH_OCAML4_* from 4.13, CH_OCAML412_* in 4.12) */
+	uint8_t young_limit_off, young_ptr_off;
+	bool release_known;      /* the version is one camlheap was built and tested for, and the runtime's code
+				  * agrees with its layout; false: profiled read-only (minor_ok false, minor_why says why) */
 	bool frame_pointers;     /* runtime built with --enable-frame-pointers (caml_c_call starts push %rbp; mov %rsp,%rbp) */
 	const char *unmarshal_why; /* unmarshalled blocks are not sampled: why (NULL if they are) */
 	bool minor_ok;           /* every minor-heap probe and symbol was found */
@@ -111,11 +116,24 @@ enum ocaml_detect_result {
 	OCAML_MISSING_SYMBOLS,
 };
 
+/* The supported release lines, for messages: "4.12, 4.13, 4.14, 5.1, 5.3". */
+extern const char ocaml_runtime_supported[];
+
 /* Inspect `img`, called `name` in messages (the executable's real path).
  * On OCAML_OK fills *rt.  Otherwise writes a one-line explanation (what is
  * wrong, what to do; without the PID, which the caller prefixes) into msg.
- * Supported: OCaml 4.13.x, 4.14.x, 5.1.x and 5.3.x on x86-64 (5.x: the
- * domain-state layout of those releases, ocaml-runtime.md §3.4). */
+ *
+ * Supported, on x86-64: the releases of ocaml_runtime_supported, read from
+ * Sys.ocaml_version in the executable (elf_image_find_ocaml_version); 4.x
+ * at any patch level, 5.x at the tested ones (5.1.0, 5.3.0).  A release
+ * with a suffix (5.4.0+dev0, 5.3.0~alpha1: a development or pre-release
+ * build), any other line, or a 5.x runtime whose release is unknown is
+ * refused (OCAML_UNSUPPORTED_VERSION), as is a 4.x runtime whose code
+ * contradicts its release's domain-state layout (caml_update_young_limit's
+ * stores, ocaml_runtime_limit_layout).  Read-only (OCAML_OK with
+ * rt->release_known false and minor_ok false: nothing is ever written
+ * into the process) are a 4.x runtime whose release is unknown (Stdlib.Sys
+ * not linked) and an untested 5.x patch release. */
 enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
 					      char *msg, size_t msglen);
 
@@ -136,6 +154,22 @@ unsigned ocaml_runtime_skippable_insn(const uint8_t *code, size_t len);
  * the point's offset from `fn`, or -1.  Source: 4.13.1 runtime/signals.c
  * caml_update_young_limit, feasibility-4.13.md §4.6. */
 long ocaml_runtime_find_rearm(const uint8_t *code, size_t len, uint64_t fn, uint64_t std_sym, uint64_t call_target);
+
+/* What caml_update_young_limit's code (`code`, `len` bytes at link-time
+ * vaddr `fn`) does with Caml_state's fields, `cs_sym` being the link-time
+ * vaddr of the global `Caml_state` pointer: the byte offsets it stores to
+ * (young_limit) and loads from (young_trigger, young_alloc_end), up to its
+ * first ret.  Source: 4.12.1-4.14.2 runtime/signals.c
+ * caml_update_young_limit (`young_limit = max(caml_memprof_young_trigger,
+ * young_trigger); if (caml_something_to_do) young_limit = young_alloc_end`),
+ * as GCC compiles it.  Returns 1 and fills *store_off with the one offset
+ * stored to if every store went there and both `trigger_off` and
+ * `alloc_end_off` were loaded; 0 if the code is not of a form recognised
+ * (an instruction outside the small set decoded, no store); -1 if it is and
+ * contradicts the layout (a store elsewhere, or a load missing), *store_off
+ * then holding the first store's offset. */
+int ocaml_runtime_limit_layout(const uint8_t *code, size_t len, uint64_t fn, uint64_t cs_sym, unsigned trigger_off,
+			       unsigned alloc_end_off, unsigned *store_off);
 
 /* Find finalise.c's `to_do_hd` from the code of caml_final_do_calls_exn
  * (`code`, `len` bytes at link-time vaddr `fn`): its first `cmpq $0x0,

@@ -15,6 +15,18 @@
 #include <glib.h>
 #include <json-glib/json-glib.h>
 
+/* Why the minor heap is not (or no longer) sampled, or NULL: the
+ * recording's reason, or the live layout check's (CH_CNT_LAYOUT_BAD). */
+static const char *minor_off(const struct report_meta *m)
+{
+	if (m->minor_off_why)
+		return m->minor_off_why;
+	if (m->counters[CH_CNT_LAYOUT_BAD])
+		return "camlheap stopped at the first sign that the program's domain state does not have its "
+		       "release's layout, see the warning";
+	return NULL;
+}
+
 #include "pprof.h"
 
 static const char *const kind_names[CH_KIND__COUNT] = {
@@ -605,12 +617,12 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	if (m->foreign)
 		fprintf(out, "camlheap: a memtrace trace written inside the program (Gc.Memprof samples every allocation); "
 			     "camlheap's own probe figures do not apply\n");
-	else if (!m->minor_off_why && !m->unmarshal_off_why)
+	else if (!minor_off(m) && !m->unmarshal_off_why)
 		fprintf(out,
 			"camlheap: executor %s; every allocation is sampled: minor heap (%s), "
 			"direct major, custom (out-of-heap) and unmarshalled\n",
 			m->executor, m->minor_source ? m->minor_source : "young_limit traps");
-	else if (!m->minor_off_why)
+	else if (!minor_off(m))
 		fprintf(out,
 			"camlheap: executor %s; allocations are sampled in the minor heap (%s), direct major and "
 			"custom (out-of-heap), but not unmarshalled blocks (%s)\n",
@@ -619,12 +631,12 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		fprintf(out,
 			"camlheap: executor %s; minor-heap allocations are not sampled (%s); this profile covers "
 			"direct major, custom (out-of-heap) and unmarshalled allocations only\n",
-			m->executor, m->minor_off_why);
+			m->executor, minor_off(m));
 	else
 		fprintf(out,
 			"camlheap: executor %s; minor-heap allocations are not sampled (%s), nor unmarshalled "
 			"blocks (%s); this profile covers direct major and custom (out-of-heap) allocations only\n",
-			m->executor, m->minor_off_why, m->unmarshal_off_why);
+			m->executor, minor_off(m), m->unmarshal_off_why);
 	fprintf(out, "target      pid %d  %s  (OCaml %s)\n", m->pid, m->exe, m->ocaml_version);
 	if (m->command)
 		fprintf(out, "command     %s\n", m->command);
@@ -656,7 +668,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		total += est_bytes(p, k == CH_KIND_BIGARRAY ? p->bigarray_samples[CH_BA_OWNED] : p->samples_by_kind[k]);
 	fprintf(out, "allocated   estimated %s: minor %s, major %s, custom %s, unmarshal %s",
 		report_format_bytes(total, b1, sizeof(b1)),
-		m->minor_off_why ? "not sampled"
+		minor_off(m) ? "not sampled"
 				 : report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_MINOR]), b5, sizeof(b5)),
 		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_MAJOR]), b2, sizeof(b2)),
 		report_format_bytes(est_bytes(p, p->samples_by_kind[CH_KIND_CUSTOM]), b3, sizeof(b3)),
@@ -700,6 +712,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 		g_hash_table_size(p->stacks), m->max_frames, p->walks_by_term[CH_TERM_CLEAN],
 		p->walks_by_term[CH_TERM_UNKNOWN_PC], p->walks_by_term[CH_TERM_READ_ERROR],
 		p->walks_by_term[CH_TERM_DEPTH]);
+	/* also when the layout check stopped it: what was written, if anything */
 	if (!m->minor_off_why && !m->foreign) {
 		fprintf(out,
 			"minor       %" PRIu64 " samples; %" PRIu64 " %s, %" PRIu64
@@ -739,6 +752,12 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 			"under it (OCaml 5; %" PRIu64 " arms skipped), so minor-heap allocations made while it sampled "
 			"are not in this profile; attach (-p) while it runs to take its own samples instead\n",
 			c[CH_CNT_MEMPROF_ACTIVE]);
+	if (c[CH_CNT_LAYOUT_BAD])
+		fprintf(out,
+			"warning     minor-heap sampling stopped: the program's domain state broke an invariant of the "
+			"runtime layout camlheap took from its release (young_ptr below young_limit at a trap, "
+			"young_limit as caml_update_young_limit computes it), so camlheap wrote nothing more into it; "
+			"the minor-heap figures are incomplete (please report the program's OCaml release)\n");
 	if (c[CH_CNT_MISSED])
 		fprintf(out,
 			"warning     %" PRIu64 " minor sample points were passed without a trap (%s): the minor "
@@ -791,7 +810,7 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	if (!ngroups)
 		fprintf(out, "\n  (no samples: %s)\n",
 			hits ? "the sampled kinds of allocation were too few for this rate"
-			     : m->minor_off_why ? "the program made no direct major, custom or unmarshalled allocation while recorded"
+			     : minor_off(m) ? "the program made no direct major, custom or unmarshalled allocation while recorded"
 						: "the program allocated nothing while recorded");
 	for (size_t i = 0; i < ngroups && (int)i < m->top; i++) {
 		const struct site_group *g = &groups[i];
@@ -842,9 +861,9 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 	fprintf(out, "samples     %" PRIu64 " in %" PRIu64 " sampled blocks; dropped events %" PRIu64 " (%" PRIu64
 		     " samples)\n",
 		p->samples, p->events, m->counters[CH_CNT_DROPPED], m->counters[CH_CNT_DROPPED_SAMPLES]);
-	if (m->minor_off_why)
+	if (minor_off(m))
 		fprintf(out, "warning     minor-heap allocations are not sampled (%s): the census misses them\n",
-			m->minor_off_why);
+			minor_off(m));
 	if (m->counters[CH_CNT_DROPPED_SAMPLES])
 		fprintf(out,
 			"warning     %" PRIu64 " samples were dropped (ring buffer full): their blocks are not in the "
@@ -1104,9 +1123,9 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 	json_member_double(jb, "rate", p->rate);
 	json_member_str(jb, "budget", m->budget);
 	json_member_str(jb, "executor", m->executor);
-	json_member_str(jb, "minor_not_sampled_because", m->minor_off_why);
+	json_member_str(jb, "minor_not_sampled_because", minor_off(m));
 	json_member_str(jb, "unmarshal_not_sampled_because", m->unmarshal_off_why);
-	if (!m->minor_off_why && !m->foreign) {
+	if (!minor_off(m) && !m->foreign) {
 		json_builder_set_member_name(jb, "minor");
 		json_builder_begin_object(jb);
 		json_member_int(jb, "samples", (int64_t)c[CH_CNT_MINOR_SAMPLES]);
@@ -1540,7 +1559,7 @@ int report_render(FILE *out, enum report_format format, bool census, const struc
 
 		snprintf(comment, sizeof(comment), "camlheap record of PID %d (%s, OCaml %s), rate %g, executor %s%s%s%s%s%s%s",
 			 m->pid, m->exe, m->ocaml_version, p->rate, m->executor,
-			 m->minor_off_why ? "; minor heap not sampled: " : "", m->minor_off_why ? m->minor_off_why : "",
+			 minor_off(m) ? "; minor heap not sampled: " : "", minor_off(m) ? minor_off(m) : "",
 			 m->selection ? "; " : "", m->selection ? m->selection : "",
 			 m->budget ? "; overhead budget, lambda in force: " : "", m->budget ? m->budget : "");
 		return pprof_write(out, p, mods, &pm);

@@ -280,6 +280,8 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 	struct ch_proc proc = {
 		.load_bias = load_bias,
 		.caml_state_sym = rt->caml_state_sym,
+		.young_limit_off = rt->young_limit_off,
+		.young_ptr_off = rt->young_ptr_off,
 		.something_to_do_sym = rt->something_to_do_sym,
 		.memprof_trigger_sym = rt->memprof_trigger_sym,
 		.final_todo_sym = rt->final_todo_sym,
