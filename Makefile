@@ -4,7 +4,7 @@
 #   make demo     profile Debian's ocamlopt.opt compiling a large stdlib file
 #   make bench    overhead ratios, side by side in one run
 #   make fuzz     the memtrace writer and reader against each other (FUZZ_SECONDS, default 600)
-#   make toolchains  build OCaml 4.14.0, 5.1.0, 5.3.0 (+frame pointers) into ~/.cache/camlheap/toolchains
+#   make toolchains  build OCaml 4.12.0, 4.12.1, 4.14.0, 4.14.2, 5.1.0, 5.3.0 (+frame pointers) into ~/.cache/camlheap/toolchains
 #   make deps     only install the Debian packages
 #   make install  binary, systemd unit, man pages, example config (PREFIX=/usr/local, DESTDIR)
 
@@ -20,7 +20,7 @@ DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-
             protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libjson-glib-dev \
             libclang-rt-14-dev libdevel-nytprof-perl chromium libxml2-utils gdb \
             libmicrohttpd-dev libsystemd-dev libcurl4-openssl-dev curl systemd python3-prometheus-client help2man \
-            libncurses-dev tmux
+            libncurses-dev tmux golang-go
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD) \

@@ -8,6 +8,7 @@ Usage: python3 tests/run_tests.py [SUBSTRING...]   (run only matching tests)
 import glob
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -93,12 +94,35 @@ def run_modules(filters):
             report(True, full, secs=time.time() - t0)
 
 
+def prebuild_toolchains(filters):
+    """On a full run, build the toolchains tests/test_versions.py needs in
+    the background at the lowest CPU priority while the other tests run
+    (each takes minutes, once per machine): a test that reaches one still
+    being built waits for it on the toolchain's lock.  Returns the process,
+    or None."""
+    import toolchains
+    if filters or os.environ.get("CAMLHEAP_NO_PREBUILD"):
+        return None
+    log = open(os.path.join(chtest.BUILD, "toolchains.log"), "w")
+    print("toolchains: building any of %s not built yet in the background (log: %s)" % (
+        ", ".join(toolchains.USED), log.name), flush=True)
+    return subprocess.Popen(["nice", "-n", "19", sys.executable, os.path.join(HERE, "toolchains.py")],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
 def main():
     filters = sys.argv[1:]
     if os.geteuid() != 0:
         print("warning: the end-to-end tests load BPF programs and need root", flush=True)
+    builder = prebuild_toolchains(filters)
     run_units(filters)
-    run_modules(filters)
+    try:
+        run_modules(filters)
+    finally:
+        if builder and builder.poll() is None:
+            # (an interrupted build leaves no stamp: it is built again next time)
+            os.killpg(builder.pid, signal.SIGTERM)
+            builder.wait()
     # the tests' files go, unless a test failed (they may tell why)
     if failed or os.environ.get("CAMLHEAP_KEEP_TMP"):
         print("test files kept in %s/camlheap-test-*" % os.environ.get("TMPDIR", "/tmp"))

@@ -35,10 +35,10 @@ def _patched(src, old, new, name):
 
 def _v412(fixture_name, version_as):
     """Fixture `fixture_name` built with OCaml 4.12.1, its Sys.ocaml_version
-    changed to `version_as` (6 characters; the OCaml string's padding kept)."""
+    changed to `version_as` (6 bytes, NUL-padded; the OCaml string's padding kept)."""
     d = _versions._fixtures_for("4.12.1")
     return _patched(os.path.join(d, fixture_name), b"\x004.12.1\x00", b"\x00" + version_as + b"\x00",
-                    "%s_as_%s" % (fixture_name, version_as.decode().replace(".", "_")))
+                    "%s_as_%s" % (fixture_name, version_as.rstrip(b"\x00").decode().replace(".", "_")))
 
 
 def _plain(cmd, timeout=120, stdin=None):
@@ -122,13 +122,16 @@ def test_v4_12__release_hidden_is_profiled_read_only():
 
 
 def test_v4_12__refusals_name_the_release_and_the_supported_ones():
-    for version, why in ((b"4.11.0", "uses the OCaml 4.11.0 runtime, which camlheap does not support"),
-                         (b"4.10.2", "uses the OCaml 4.10.2 runtime, which camlheap does not support")):
+    for version, why in ((b"4.11.0", "calls no hook per custom block (caml_memprof_track_custom came with 4.12)"),
+                         (b"4.10.2", "no hook to follow a sampled block to its death"),
+                         (b"4.09.1", "none of the Gc.Memprof hooks camlheap probes (they came with 4.10)"),
+                         (b"5.0.0\x00", "(OCaml 5.0 has no Gc.Memprof to profile in-process either)")):
         exe = _v412("exit_code", version)
         rc, out, err = chtest.run_record(["-o", os.path.join(tmpdir(), "r.txt")], [exe])
-        assert rc == 2 and why in err, (rc, err)
-        assert "supported: 4.12, 4.13, 4.14, 5.1, 5.3; tested: 4.12.0, 4.12.1, 4.13.1, 4.14.0, 4.14.2, 5.1.0, " \
-               "5.3.0" in err, err
+        assert rc == 2 and why in err and "uses the OCaml %s runtime, which camlheap does not support" % (
+            version.rstrip(b"\x00").decode()) in err, (rc, err)
+        assert "supported: 4.12, 4.13, 4.14, 5.1, 5.2, 5.3; tested: 4.12.0, 4.12.1, 4.13.1, 4.14.0, 4.14.2, " \
+               "5.1.0, 5.2.0, 5.3.0" in err, err
         assert "the command was not run" in err, err
 
 

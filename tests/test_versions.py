@@ -5,12 +5,15 @@ selection of the sampling, minor-heap, census, stack and recording tests
 runs against them unchanged.  One test per (toolchain, check), named
 test_v<version>__<module>__<check>.
 
-4.14.0: supported like 4.13.1 (same runtime layout, checked offsets).
-5.1.0 (npm's ocaml@5.1.4) and 5.3.0: direct major, custom and (5.3)
-unmarshalled allocations, read-only, every domain, stacks across effect
-fibers; the minor heap and the census are not sampled yet, and the report
-says so.  The OCaml 5-only fixtures (tests/fixtures/ocaml5: fibers,
-domains) are built for those two.  For every toolchain the domain-state
+4.14.0 and 4.14.2: supported like 4.13.1 (same runtime layout, checked
+offsets).  4.12.0 and 4.12.1: the same, with young_ptr and young_limit
+swapped in the domain state; a core matrix (CHECKS_CORE).  Every 4.x
+release also runs the minor heap's identical-output and kill -9 checks.
+5.1.0 (npm's ocaml@5.1.4), 5.2.0 and 5.3.0: every domain's minor heap,
+direct major, custom and (5.3) unmarshalled allocations, stacks across
+effect fibers, the census (compaction from 5.2); 5.1 and 5.2 have no
+Gc.Memprof to compare with.  The OCaml 5-only fixtures
+(tests/fixtures/ocaml5: fibers, domains) are built for each.  For every toolchain the domain-state
 offsets camlheap uses are checked against that release's own headers.
 """
 import os
@@ -137,42 +140,42 @@ del _mod, _check, _f, _name
 # yet) and the comparisons with an in-process Gc.Memprof (none in 5.1; on
 # 5.3 camlheap leaves a program's own Gc.Memprof alone).
 CHECKS5 = [
-    (_sampling, "test_major_sites_rate_1e3", ("5.1.0", "5.3.0", "5.3.0-fp")),
+    (_sampling, "test_major_sites_rate_1e3", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
     (_sampling, "test_custom_and_unmarshal_sites", ("5.3.0",)),
-    (_sampling, "test_systhreads_sites", ("5.1.0", "5.3.0")),
-    (_sampling, "test_rate_one_samples_every_word", ("5.1.0", "5.3.0")),
+    (_sampling, "test_systhreads_sites", ("5.1.0", "5.2.0", "5.3.0")),
+    (_sampling, "test_rate_one_samples_every_word", ("5.1.0", "5.2.0", "5.3.0")),
     (_sampling, "test_major_agrees_with_in_process_memprof", ("5.3.0",)),  # 5.1 has no Gc.Memprof
-    (_stacks, "test_chain_exact_stack", ("5.1.0", "5.3.0", "5.3.0-fp")),
-    (_stacks, "test_runtime_startup_allocations_walk_clean", ("5.1.0", "5.3.0", "5.3.0-fp")),
-    (_stacks, "test_deep_recursion_over_600_frames", ("5.1.0", "5.3.0", "5.3.0-fp")),
-    (_stacks, "test_depth_limit_is_reported", ("5.1.0", "5.3.0")),
-    (_stacks, "test_callback_from_finaliser", ("5.1.0", "5.3.0", "5.3.0-fp")),
-    (_minor, "test_minor_exact_at_rate_one", ("5.1.0", "5.3.0")),
-    (_minor, "test_minor_outputs_identical_with_and_without_camlheap", ("5.3.0",)),
-    (_minor, "test_minor_kill9_never_harms_target", ("5.3.0",)),
-    (_census, "test_live_at_end_matches_the_fixtures_own_count", ("5.1.0", "5.3.0", "5.3.0-fp")),
+    (_stacks, "test_chain_exact_stack", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
+    (_stacks, "test_runtime_startup_allocations_walk_clean", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
+    (_stacks, "test_deep_recursion_over_600_frames", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
+    (_stacks, "test_depth_limit_is_reported", ("5.1.0", "5.2.0", "5.3.0")),
+    (_stacks, "test_callback_from_finaliser", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
+    (_minor, "test_minor_exact_at_rate_one", ("5.1.0", "5.2.0", "5.3.0")),
+    (_minor, "test_minor_outputs_identical_with_and_without_camlheap", ("5.2.0", "5.3.0")),
+    (_minor, "test_minor_kill9_never_harms_target", ("5.2.0", "5.3.0")),
+    (_census, "test_live_at_end_matches_the_fixtures_own_count", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
     (_census, "test_collapsed_live_value", ("5.3.0",)),
-    (_census, "test_ring_buffer_overflow_loses_no_death", ("5.1.0", "5.3.0")),
-    (_census, "test_full_tracking_set_is_reported", ("5.1.0", "5.3.0")),
-    (_census, "test_compaction_marks_blocks_relocated", ("5.3.0",)),  # 5.1 never moves blocks
-    (_census, "test_compaction_off_keeps_blocks_followed", ("5.3.0",)),
-    (_census, "test_census_finds_the_leak", ("5.1.0", "5.3.0")),
+    (_census, "test_ring_buffer_overflow_loses_no_death", ("5.1.0", "5.2.0", "5.3.0")),
+    (_census, "test_full_tracking_set_is_reported", ("5.1.0", "5.2.0", "5.3.0")),
+    (_census, "test_compaction_marks_blocks_relocated", ("5.2.0", "5.3.0")),  # 5.1 never moves blocks
+    (_census, "test_compaction_off_keeps_blocks_followed", ("5.2.0", "5.3.0")),
+    (_census, "test_census_finds_the_leak", ("5.1.0", "5.2.0", "5.3.0")),
     (_census, "test_census_wait_major_ends_by_itself", ("5.3.0",)),
-    (_census, "test_census_attaching_to_a_busy_program", ("5.1.0", "5.3.0")),
-    (_dynlink, "test_plugin_loaded_while_recording", ("5.1.0", "5.3.0")),
-    (_dynlink, "test_plugin_frames_known_before_its_code_runs", ("5.1.0", "5.3.0")),
+    (_census, "test_census_attaching_to_a_busy_program", ("5.1.0", "5.2.0", "5.3.0")),
+    (_dynlink, "test_plugin_loaded_while_recording", ("5.1.0", "5.2.0", "5.3.0")),
+    (_dynlink, "test_plugin_frames_known_before_its_code_runs", ("5.1.0", "5.2.0", "5.3.0")),
     (_dynlink, "test_recording_names_plugin_frames", ("5.3.0",)),
-    (_outheap, "test_bigarray_sites_and_whose_data", ("5.1.0", "5.3.0")),
-    (_outheap, "test_bigarray_live_drops_to_zero_after_the_frees", ("5.1.0", "5.3.0")),
-    (_outheap, "test_custom_blocks_carry_their_type_name", ("5.1.0", "5.3.0")),
-    (_malloc, "test_malloc_sites_estimates_and_leaf_function", ("5.1.0", "5.3.0")),
-    (_malloc, "test_malloc_live_drops_to_zero_after_the_frees", ("5.1.0", "5.3.0")),
-    (_malloc, "test_malloc_from_a_c_thread_has_no_ocaml_stack", ("5.1.0", "5.3.0")),
-    (_malloc, "test_runtime_heap_is_not_counted_twice", ("5.1.0", "5.3.0")),
-    (_malloc, "test_resident_memory_breakdown", ("5.1.0", "5.3.0")),
+    (_outheap, "test_bigarray_sites_and_whose_data", ("5.1.0", "5.2.0", "5.3.0")),
+    (_outheap, "test_bigarray_live_drops_to_zero_after_the_frees", ("5.1.0", "5.2.0", "5.3.0")),
+    (_outheap, "test_custom_blocks_carry_their_type_name", ("5.1.0", "5.2.0", "5.3.0")),
+    (_malloc, "test_malloc_sites_estimates_and_leaf_function", ("5.1.0", "5.2.0", "5.3.0")),
+    (_malloc, "test_malloc_live_drops_to_zero_after_the_frees", ("5.1.0", "5.2.0", "5.3.0")),
+    (_malloc, "test_malloc_from_a_c_thread_has_no_ocaml_stack", ("5.1.0", "5.2.0", "5.3.0")),
+    (_malloc, "test_runtime_heap_is_not_counted_twice", ("5.1.0", "5.2.0", "5.3.0")),
+    (_malloc, "test_resident_memory_breakdown", ("5.1.0", "5.2.0", "5.3.0")),
     (_malloc, "test_target_unharmed_with_malloc_probes_and_when_killed", ("5.3.0",)),
     (_top, "test_batch_estimates_match_the_fixtures_allocation", ("5.3.0",)),  # 5.1 has no Gc.Memprof
-    (_top, "test_batch_rates_of_equal_sites_agree_within_their_bounds", ("5.1.0", "5.3.0")),
+    (_top, "test_batch_rates_of_equal_sites_agree_within_their_bounds", ("5.1.0", "5.2.0", "5.3.0")),
     (_top, "test_tmux_keys_drive_the_view_and_q_leaves_the_program_unaffected", ("5.3.0",)),
 ]
 
@@ -211,6 +214,8 @@ int main(void)
     P(young_ptr) P(young_start) P(young_end) P(young_trigger) P(current_stack) P(action_pending) P(id)
 #if OCAML_VERSION_MINOR >= 3
     P(memprof) P(memprof_young_trigger)
+#elif OCAML_VERSION_MINOR == 2
+    P(memprof_young_trigger)
 #endif
     printf("stack_sp %zu\nstack_handler %zu\nhandler_parent %zu\n", offsetof(struct stack_info, sp),
            offsetof(struct stack_info, handler), offsetof(struct stack_handler, parent));
@@ -248,12 +253,14 @@ def _check_offsets(libdir, major_minor):
         want = {"young_ptr": ch["CH_OCAML5_YOUNG_PTR"], "young_start": ch["CH_OCAML5_YOUNG_START"],
                 "young_end": ch["CH_OCAML5_YOUNG_END"], "current_stack": ch["CH_OCAML5_CURRENT_STACK"],
                 "young_trigger": ch["CH_OCAML5_YOUNG_TRIGGER"], "action_pending": ch["CH_OCAML5_ACTION_PENDING"],
-                "id": ch["CH_OCAML51_ID"] if major_minor == (5, 1) else ch["CH_OCAML53_ID"],
+                "id": {(5, 1): ch["CH_OCAML51_ID"], (5, 2): ch["CH_OCAML52_ID"]}.get(major_minor, ch["CH_OCAML53_ID"]),
                 "stack_sp": ch["CH_OCAML5_STACK_SP"], "stack_handler": ch["CH_OCAML5_STACK_HANDLER"],
                 "handler_parent": ch["CH_OCAML5_HANDLER_PARENT"]}
         if major_minor == (5, 3):
             want["memprof"] = ch["CH_OCAML53_MEMPROF"]
             want["memprof_young_trigger"] = ch["CH_OCAML53_MEMPROF_YOUNG_TRIGGER"]
+        if major_minor == (5, 2):
+            want["memprof_young_trigger"] = ch["CH_OCAML52_MEMPROF_YOUNG_TRIGGER"]
     else:
         want = {k.lower(): ch["CH_OCAML4_" + k] for k in (
             "YOUNG_LIMIT", "YOUNG_PTR", "YOUNG_START", "YOUNG_END", "YOUNG_ALLOC_START", "YOUNG_ALLOC_END",
@@ -295,6 +302,10 @@ def test_v4_14_2__offsets_match_the_runtime_headers():
 
 def test_v5_1_0__offsets_match_the_runtime_headers():
     _check_offsets(_toolchain_lib("5.1.0"), (5, 1))
+
+
+def test_v5_2_0__offsets_match_the_runtime_headers():
+    _check_offsets(_toolchain_lib("5.2.0"), (5, 2))
 
 
 def test_v5_3_0__offsets_match_the_runtime_headers():
@@ -366,6 +377,10 @@ def test_v5_1_0__fibers_exact_stacks_across_effect_handlers():
     _fibers_stacks("5.1.0")
 
 
+def test_v5_2_0__fibers_exact_stacks_across_effect_handlers():
+    _fibers_stacks("5.2.0")
+
+
 def test_v5_3_0__fibers_exact_stacks_across_effect_handlers():
     _fibers_stacks("5.3.0")
 
@@ -411,6 +426,10 @@ def test_v5_1_0__four_domains_sampled_each_in_its_own():
     _domains("5.1.0")
 
 
+def test_v5_2_0__four_domains_sampled_each_in_its_own():
+    _domains("5.2.0")
+
+
 def test_v5_3_0__four_domains_sampled_each_in_its_own():
     _domains("5.3.0")
 
@@ -419,17 +438,15 @@ def test_v5_3_0_fp__four_domains_sampled_each_in_its_own():
     _domains("5.3.0-fp")
 
 
-def test_v5_1_0__unmarshal_not_sampled_and_said():
-    """5.1 has no per-block hook for unmarshalled blocks: custom blocks are
-    still sampled, and the report says unmarshalled ones are not."""
-    saved = _with_fixtures("5.1.0")
+def _unmarshal_not_sampled_and_said(name):
+    saved = _with_fixtures(name)
     try:
         rate = 1e-3
         rc, out, rep, err = chtest.record_launch([chtest.fixture("custom")], rate)
     finally:
         chtest.FIXTURES = saved
     assert rc == 0, err
-    assert "but not unmarshalled blocks (OCaml 5.1 calls no hook" in rep.first_line(), rep.first_line()
+    assert "but not unmarshalled blocks (OCaml %s calls no hook" % name[:3] in rep.first_line(), rep.first_line()
     assert "unmarshal not sampled" in rep.text, rep.text[:1500]
     for site, (kind, words) in chtest.parse_truth(out).items():
         if kind == "custom":
@@ -467,6 +484,10 @@ def _domains_census(name):
 
 def test_v5_1_0__census_across_four_domains():
     _domains_census("5.1.0")
+
+
+def test_v5_2_0__census_across_four_domains():
+    _domains_census("5.2.0")
 
 
 def test_v5_3_0__census_across_four_domains():
@@ -517,6 +538,17 @@ def test_v5_3_0__kill9_never_harms_a_multi_domain_target():
         chtest.kill9_runs("domains", args, ref, 1e-3, 8, extra=["--by-domain"], attach_every=4, sigstop_odd=True)
     finally:
         chtest.FIXTURES = saved
+
+
+def test_v5_1_0__unmarshal_not_sampled_and_said():
+    """5.1 and 5.2 have no per-block hook for unmarshalled blocks: custom
+    blocks are still sampled, and the report says unmarshalled ones are
+    not."""
+    _unmarshal_not_sampled_and_said("5.1.0")
+
+
+def test_v5_2_0__unmarshal_not_sampled_and_said():
+    _unmarshal_not_sampled_and_said("5.2.0")
 
 
 def test_v5_1_0__minor_outputs_identical_but_finaliser_timing():
@@ -630,6 +662,10 @@ def _minor_sites_5(name):
 
 def test_v5_1_0__minor_sites_rate_1e4_without_the_signal_handler():
     _minor_sites_5("5.1.0")
+
+
+def test_v5_2_0__minor_sites_rate_1e4_without_the_signal_handler():
+    _minor_sites_5("5.2.0")
 
 
 def test_v5_3_0__minor_sites_rate_1e4_without_the_signal_handler():

@@ -550,20 +550,36 @@ static void plan_bigarray(const struct elf_image *img, struct ocaml_runtime *rt)
  * young_ptr.  4.x is taken at any patch level, its writes being checked
  * against the runtime's own code (check_layout4); 5.x only at the tested
  * ones, anything else of a 5.x line read-only. */
-static const struct ocaml_release {
+struct ocaml_release {
 	int major, minor;
 	const char *tested;    /* comma-separated patch releases */
+	/* 4.x */
 	uint8_t young_limit_off, young_ptr_off;
-} releases[] = {
-	{ 4, 12, "4.12.0, 4.12.1", CH_OCAML412_YOUNG_LIMIT, CH_OCAML412_YOUNG_PTR },
-	{ 4, 13, "4.13.1", CH_OCAML4_YOUNG_LIMIT, CH_OCAML4_YOUNG_PTR },
-	{ 4, 14, "4.14.0, 4.14.2", CH_OCAML4_YOUNG_LIMIT, CH_OCAML4_YOUNG_PTR },
-	{ 5, 1, "5.1.0", 0, 0 },
-	{ 5, 3, "5.3.0", 0, 0 },
+	/* 5.x: offsetof(caml_domain_state, id) and (memprof_young_trigger),
+	 * 0: none (runtime/caml/domain_state.tbl) */
+	uint32_t dom_id_off, memprof_trig_off;
+	bool sample_block;     /* caml_memprof_sample_block (5.3), else caml_alloc_shr & co. (5.1, 5.2) */
+	bool compaction;       /* caml_compact_heap (from 5.2) */
+	bool gc_stats_ptr;     /* sampled_gc_stats is a pointer to caml_params->max_domains entries (5.3),
+				* else an array of Max_domains (5.1, 5.2; runtime/gc_stats.c) */
+	const char *cycle_fn;  /* the single-domain step of a major cycle's end (runtime/shared_heap.c) */
 };
 
-const char ocaml_runtime_supported[] = "4.12, 4.13, 4.14, 5.1, 5.3";
-#define TESTED_RELEASES "4.12.0, 4.12.1, 4.13.1, 4.14.0, 4.14.2, 5.1.0, 5.3.0"
+static const struct ocaml_release releases[] = {
+	{ 4, 12, "4.12.0, 4.12.1", CH_OCAML412_YOUNG_LIMIT, CH_OCAML412_YOUNG_PTR, 0, 0, false, false, false, NULL },
+	{ 4, 13, "4.13.1", CH_OCAML4_YOUNG_LIMIT, CH_OCAML4_YOUNG_PTR, 0, 0, false, false, false, NULL },
+	{ 4, 14, "4.14.0, 4.14.2", CH_OCAML4_YOUNG_LIMIT, CH_OCAML4_YOUNG_PTR, 0, 0, false, false, false, NULL },
+	/* 5.1.0 shared_heap.c:882 caml_cycle_heap_stw, called by one domain
+	 * inside the barrier of cycle_all_domains_callback, major_gc.c:1217 */
+	{ 5, 1, "5.1.0", 0, 0, CH_OCAML51_ID, 0, false, false, false, "caml_cycle_heap_stw" },
+	{ 5, 2, "5.2.0", 0, 0, CH_OCAML52_ID, CH_OCAML52_MEMPROF_YOUNG_TRIGGER, false, true, false,
+	  "caml_cycle_heap_from_stw_single" },
+	{ 5, 3, "5.3.0", 0, 0, CH_OCAML53_ID, CH_OCAML53_MEMPROF_YOUNG_TRIGGER, true, true, true,
+	  "caml_cycle_heap_from_stw_single" },
+};
+
+const char ocaml_runtime_supported[] = "4.12, 4.13, 4.14, 5.1, 5.2, 5.3";
+#define TESTED_RELEASES "4.12.0, 4.12.1, 4.13.1, 4.14.0, 4.14.2, 5.1.0, 5.2.0, 5.3.0"
 
 /* Is "4.14.2" among "4.14.0, 4.14.2"? */
 static bool in_list(const char *list, const char *version)
@@ -599,14 +615,28 @@ static enum ocaml_detect_result check_release(const char *name, struct ocaml_run
 		return OCAML_UNSUPPORTED_VERSION;
 	}
 	if (!r) {
+		/* why the releases before 4.12 are not (4.10.0, 4.11.0 and
+		 * 4.12.1 runtime/caml/memprof.h and domain_state.tbl) */
+		const char *why = rt->major < 4 || (rt->major == 4 && rt->minor < 10)
+					  ? "its runtime has none of the Gc.Memprof hooks camlheap probes (they came with 4.10)"
+				  : rt->major == 4 && rt->minor == 10
+					  ? "its runtime has no hook to follow a sampled block to its death (caml_memprof_minor_update "
+					    "came with 4.11) nor one per custom block (caml_memprof_track_custom, with 4.12)"
+				  : rt->major == 4 && rt->minor == 11
+					  ? "its runtime calls no hook per custom block (caml_memprof_track_custom came with 4.12), and "
+					    "its domain state lacks 4.12's mark_stack, which moves every field camlheap reads past it"
+					  : "the runtime's internal layout changes between releases";
+
 		snprintf(msg, msglen,
-			 "%s uses the OCaml %s runtime, which camlheap does not support (supported: %s; tested: %s: "
-			 "the runtime's internal layout changes between releases); rebuild with a supported compiler%s",
-			 name, rt->version, ocaml_runtime_supported, TESTED_RELEASES,
-			 rt->major == 5 && rt->minor < 3 ? " (OCaml 5.0 to 5.2 have no Gc.Memprof to profile in-process either)"
+			 "%s uses the OCaml %s runtime, which camlheap does not support (supported: %s; tested: %s): %s; "
+			 "rebuild with a supported compiler%s",
+			 name, rt->version, ocaml_runtime_supported, TESTED_RELEASES, why,
+			 rt->major == 5 && rt->minor == 0 ? " (OCaml 5.0 has no Gc.Memprof to profile in-process either)"
+			 : rt->major == 4 && rt->minor < 10 ? ""
 							 : ", or profile in-process with Gc.Memprof (e.g. memtrace)");
 		return OCAML_UNSUPPORTED_VERSION;
 	}
+	rt->release = r;
 	rt->young_limit_off = r->young_limit_off;
 	rt->young_ptr_off = r->young_ptr_off;
 	rt->release_known = rt->major == 4 || in_list(r->tested, rt->version);
@@ -684,10 +714,11 @@ static enum ocaml_detect_result check_layout4(const struct elf_image *img, const
 	return OCAML_OK;
 }
 
-/* OCaml 5.1 and 5.3 (ocaml-runtime.md §1.3-1.5, §3.4-3.5, §7.1). */
+/* OCaml 5.1, 5.2 and 5.3 (ocaml-runtime.md §1.3-1.5, §3.4-3.5, §7.1). */
 static enum ocaml_detect_result detect5(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
 					char *msg, size_t msglen)
 {
+	const struct ocaml_release *rel = rt->release;
 	const struct elf_symbol *minor = elf_image_symbol(img, "caml_minor_collections_count");
 	const struct elf_symbol *major = elf_image_symbol(img, "caml_major_cycles_completed");
 	const struct elf_symbol *compact = elf_image_symbol(img, "caml_compactions_count");
@@ -706,11 +737,11 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 	rt->minor_count_sym = minor ? minor->vaddr : 0;
 	rt->major_count_sym = major ? major->vaddr : 0;
 	rt->compact_count_sym = compact ? compact->vaddr : 0;
-	rt->dom_id_off = rt->minor == 1 ? CH_OCAML51_ID : CH_OCAML53_ID;
-	rt->memprof_trig_off = rt->minor == 3 ? CH_OCAML53_MEMPROF_YOUNG_TRIGGER : 0;
+	rt->dom_id_off = rel->dom_id_off;
+	rt->memprof_trig_off = rel->memprof_trig_off;
 	/* ENTER_FUNCTION (5.x runtime/amd64.S:94-97): push %rbp; mov %rsp,%rbp */
 	rt->frame_pointers = code && code[0] == 0x55 && code[1] == 0x48 && code[2] == 0x89 && code[3] == 0xe5;
-	if (rt->minor == 3) {
+	if (rel->sample_block) {
 		if (plan_probe(img, probe_symbols[OCAML_PROBE_SAMPLE_BLOCK], &rt->probes[OCAML_PROBE_SAMPLE_BLOCK]) == 0)
 			rt->probes[OCAML_PROBE_SAMPLE_BLOCK].present = true;
 		else
@@ -727,20 +758,24 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 				strncat(missing, probe_symbols[i], sizeof(missing) - strlen(missing) - 1);
 			}
 		}
-		rt->unmarshal_why = "OCaml 5.1 calls no hook per unmarshalled block (it reserves them with "
-				    "caml_shared_try_alloc, which promotion also uses)";
+		rt->unmarshal_why = rt->minor == 1 ? "OCaml 5.1 calls no hook per unmarshalled block (it reserves them "
+						     "with caml_shared_try_alloc, which promotion also uses)"
+						   : "OCaml 5.2 calls no hook per unmarshalled block (it reserves them "
+						     "with caml_shared_try_alloc, which promotion also uses)";
 	}
 	{
 		/* the heap's size, for the resident-memory breakdown */
 		const struct elf_symbol *gs = elf_image_symbol(img, "sampled_gc_stats");
 		const struct elf_symbol *cp = elf_image_symbol(img, "caml_params");
 
-		if (gs && gs->type == STT_OBJECT && (rt->minor == 3 ? gs->size == 8 : gs->size >= 96))
+		rt->gc_stats_ptr = rel->gc_stats_ptr;
+		if (gs && gs->type == STT_OBJECT && (rel->gc_stats_ptr ? gs->size == 8 : gs->size >= 96))
 			rt->gc_stats_sym = gs->vaddr;
 		if (cp && cp->type == STT_OBJECT && cp->size == 8)
 			rt->params_sym = cp->vaddr;
 	}
-	if (rt->minor == 3) {
+	if (rel->sample_block) {
+		/* reading a running Gc.Memprof's rate: 5.3's private layouts */
 		const struct elf_symbol *ad = elf_image_symbol(img, "all_domains");
 
 		if (ad && ad->type == STT_OBJECT && ad->size == 8)
@@ -787,17 +822,14 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 
 		rt->heap_state_sym = hs ? hs->vaddr : 0;
 		ok = ok && plan_probe(img, probe_symbols[OCAML_PROBE_MINOR5], &rt->probes[OCAML_PROBE_MINOR5]) == 0;
-		/* 5.1 names it caml_cycle_heap_stw (5.1.0 shared_heap.c:882, called by one domain inside
-		 * the barrier of cycle_all_domains_callback, major_gc.c:1217) */
-		ok = ok && plan_argless_probe(img, rt->minor == 1 ? "caml_cycle_heap_stw" : probe_symbols[OCAML_PROBE_CYCLE5],
-					      &rt->probes[OCAML_PROBE_CYCLE5]) == 0;
-		if (ok && rt->minor == 3)
+		ok = ok && plan_argless_probe(img, rel->cycle_fn, &rt->probes[OCAML_PROBE_CYCLE5]) == 0;
+		if (ok && rel->compaction)
 			ok = plan_argless_probe(img, probe_symbols[OCAML_PROBE_COMPACT5], &rt->probes[OCAML_PROBE_COMPACT5]) == 0;
 		if (ok) {
 			rt->census_ok = true;
 			rt->probes[OCAML_PROBE_MINOR5].present = true;
 			rt->probes[OCAML_PROBE_CYCLE5].present = true;
-			rt->probes[OCAML_PROBE_COMPACT5].present = rt->minor == 3;
+			rt->probes[OCAML_PROBE_COMPACT5].present = rel->compaction;
 		} else {
 			snprintf(rt->census_why, sizeof(rt->census_why),
 				 "the runtime lacks caml_global_heap_state, caml_final_update_last_minor, "

@@ -72,8 +72,11 @@ struct ocaml_probe_point {
 	bool retprobe;         /* a uretprobe on the function (vaddr is its entry) */
 };
 
+struct ocaml_release; /* ocaml_runtime.c: what camlheap knows of a release line */
+
 struct ocaml_runtime {
 	char version[32];      /* "4.13.1" */
+	const struct ocaml_release *release; /* its line, NULL if the release is unknown */
 	int major, minor;
 	uint64_t caml_state_sym; /* link-time vaddr of the global `Caml_state` (4.x) */
 	uint64_t something_to_do_sym; /* link-time vaddr of `int caml_something_to_do` (4.x) */
@@ -91,6 +94,7 @@ struct ocaml_runtime {
 	uint64_t ba_ops_sym;       /* link-time vaddr of `caml_ba_ops` if the bigarray probes are planned, else 0 */
 	uint64_t all_domains_sym;  /* 5.3: link-time vaddr of domain.c's `static dom_internal *all_domains`,
 				    * 0 if unknown (.symtab stripped): to read a running Gc.Memprof's rate */
+	bool gc_stats_ptr;         /* 5.x: sampled_gc_stats is a pointer (5.3), else the array itself (5.1, 5.2) */
 	uint64_t gc_stats_sym;     /* 5.x: gc_stats.c's `sampled_gc_stats` (5.1: the array; 5.3: a pointer to it),
 				    * 0 if unknown (.symtab stripped): the major heap's size */
 	uint64_t params_sym;       /* 5.3: `const struct caml_params *const caml_params` (max_domains), 0 if unknown */
@@ -116,7 +120,7 @@ enum ocaml_detect_result {
 	OCAML_MISSING_SYMBOLS,
 };
 
-/* The supported release lines, for messages: "4.12, 4.13, 4.14, 5.1, 5.3". */
+/* The supported release lines, for messages: "4.12, 4.13, 4.14, 5.1, 5.2, 5.3". */
 extern const char ocaml_runtime_supported[];
 
 /* Inspect `img`, called `name` in messages (the executable's real path).
@@ -125,7 +129,7 @@ extern const char ocaml_runtime_supported[];
  *
  * Supported, on x86-64: the releases of ocaml_runtime_supported, read from
  * Sys.ocaml_version in the executable (elf_image_find_ocaml_version); 4.x
- * at any patch level, 5.x at the tested ones (5.1.0, 5.3.0).  A release
+ * at any patch level, 5.x at the tested ones (5.1.0, 5.2.0, 5.3.0).  A release
  * with a suffix (5.4.0+dev0, 5.3.0~alpha1: a development or pre-release
  * build), any other line, or a 5.x runtime whose release is unknown is
  * refused (OCAML_UNSUPPORTED_VERSION), as is a 4.x runtime whose code

@@ -47,7 +47,7 @@ static uint64_t heap_words(pid_t pid, const struct ocaml_runtime *rt, uint64_t b
 		return 0;
 	uint64_t stats = rt->gc_stats_sym + bias, n = OCAML51_MAX_DOMAINS;
 
-	if (rt->minor == 3) {
+	if (rt->gc_stats_ptr) {
 		uint64_t params = 0;
 
 		if (peek(pid, stats, &stats, 8) || !stats || !rt->params_sym || peek(pid, rt->params_sym + bias, &params, 8) ||
