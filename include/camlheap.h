@@ -420,7 +420,7 @@ struct ch_sample_event {
  * amd64.S:484-488). */
 #define CH_OCAML4_CALLBACK_LINK 16
 
-/* OCaml 5.1, 5.2 and 5.3 amd64 `caml_domain_state` offsets (bytes), checked
+/* OCaml 5.1, 5.2, 5.3 and 5.4 amd64 `caml_domain_state` offsets (bytes), checked
  * with offsetof against each release's installed headers by
  * tests/test_versions.py (runtime/caml/domain_state.tbl; 5.3 inserted
  * allocated_words_direct, which moved `id` from 280 to 288). */
@@ -438,11 +438,17 @@ struct ch_sample_event {
  * them, so tests/test_versions.py checks them against the runtime's DWARF
  * (gdb ptype /o).  Used only to read a running Gc.Memprof's rate. */
 #define CH_OCAML53_DOM_INTERNAL_STATE 8 /* all_domains[i].state */
+#define CH_OCAML54_DOM_INTERNAL_STATE 16 /* 5.4 puts `pthread_t tid` before it */
 #define CH_OCAML53_MEMPROF_CONFIG 64    /* memprof_domain_s.entries.config (a Gc.Memprof.t block) */
 #define CH_OCAML51_ID 280
 #define CH_OCAML52_ID 280               /* 5.2 has memprof_young_trigger, not yet allocated_words_direct */
 #define CH_OCAML52_MEMPROF_YOUNG_TRIGGER 464
 #define CH_OCAML53_ID 288
+/* 5.4 adds allocated_words_suspended, allocated_words_resumed,
+ * current_ramp_up_allocated_words_diff and gc_policy before `id` */
+#define CH_OCAML54_ID 320
+#define CH_OCAML54_MEMPROF 496
+#define CH_OCAML54_MEMPROF_YOUNG_TRIGGER 504
 /* struct stack_info {sp@0, exception_ptr@8, handler@16, ...} and
  * struct stack_handler {handle_value, handle_exn, handle_effect, parent@24}
  * (5.1/5.3 runtime/caml/fiber.h); a 0xFFFF frame is followed by the

@@ -77,7 +77,7 @@ def test_unsupported_runtime_version():
     open(exe, "wb").write(data.replace(b"\x004.13.1\x00", b"\x004.09.1\x00"))
     os.chmod(exe, 0o755)
     rc, out, err = _camlheap(["record", "--", exe, "n=1"])
-    assert rc == 2 and "OCaml 4.09.1 runtime" in err and "supported: 4.12, 4.13, 4.14, 5.1, 5.2, 5.3" in err, (rc, err)
+    assert rc == 2 and "OCaml 4.09.1 runtime" in err and "supported: 4.12, 4.13, 4.14, 5.1, 5.2, 5.3, 5.4" in err, (rc, err)
     assert "the command was not run" in err and "TRUTH" not in out, (out, err)
 
 

@@ -130,8 +130,8 @@ def test_v4_12__refusals_name_the_release_and_the_supported_ones():
         rc, out, err = chtest.run_record(["-o", os.path.join(tmpdir(), "r.txt")], [exe])
         assert rc == 2 and why in err and "uses the OCaml %s runtime, which camlheap does not support" % (
             version.rstrip(b"\x00").decode()) in err, (rc, err)
-        assert "supported: 4.12, 4.13, 4.14, 5.1, 5.2, 5.3; tested: 4.12.0, 4.12.1, 4.13.1, 4.14.0, 4.14.2, " \
-               "5.1.0, 5.2.0, 5.3.0" in err, err
+        assert "supported: 4.12, 4.13, 4.14, 5.1, 5.2, 5.3, 5.4; tested: 4.12.0, 4.12.1, 4.13.1, 4.14.0, " \
+               "4.14.2, 5.1.0, 5.2.0, 5.3.0, 5.4.1" in err, err
         assert "the command was not run" in err, err
 
 

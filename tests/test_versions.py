@@ -9,8 +9,8 @@ test_v<version>__<module>__<check>.
 offsets).  4.12.0 and 4.12.1: the same, with young_ptr and young_limit
 swapped in the domain state; a core matrix (CHECKS_CORE).  Every 4.x
 release also runs the minor heap's identical-output and kill -9 checks.
-5.1.0 (npm's ocaml@5.1.4), 5.2.0 and 5.3.0: every domain's minor heap,
-direct major, custom and (5.3) unmarshalled allocations, stacks across
+5.1.0 (npm's ocaml@5.1.4), 5.2.0, 5.3.0 and 5.4.1: every domain's minor
+heap, direct major, custom and (5.3, 5.4) unmarshalled allocations, stacks across
 effect fibers, the census (compaction from 5.2); 5.1 and 5.2 have no
 Gc.Memprof to compare with.  The OCaml 5-only fixtures
 (tests/fixtures/ocaml5: fibers, domains) are built for each.  For every toolchain the domain-state
@@ -140,43 +140,43 @@ del _mod, _check, _f, _name
 # yet) and the comparisons with an in-process Gc.Memprof (none in 5.1; on
 # 5.3 camlheap leaves a program's own Gc.Memprof alone).
 CHECKS5 = [
-    (_sampling, "test_major_sites_rate_1e3", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
-    (_sampling, "test_custom_and_unmarshal_sites", ("5.3.0",)),
-    (_sampling, "test_systhreads_sites", ("5.1.0", "5.2.0", "5.3.0")),
-    (_sampling, "test_rate_one_samples_every_word", ("5.1.0", "5.2.0", "5.3.0")),
-    (_sampling, "test_major_agrees_with_in_process_memprof", ("5.3.0",)),  # 5.1 has no Gc.Memprof
-    (_stacks, "test_chain_exact_stack", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
-    (_stacks, "test_runtime_startup_allocations_walk_clean", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
-    (_stacks, "test_deep_recursion_over_600_frames", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
-    (_stacks, "test_depth_limit_is_reported", ("5.1.0", "5.2.0", "5.3.0")),
-    (_stacks, "test_callback_from_finaliser", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
-    (_minor, "test_minor_exact_at_rate_one", ("5.1.0", "5.2.0", "5.3.0")),
-    (_minor, "test_minor_outputs_identical_with_and_without_camlheap", ("5.2.0", "5.3.0")),
-    (_minor, "test_minor_kill9_never_harms_target", ("5.2.0", "5.3.0")),
-    (_census, "test_live_at_end_matches_the_fixtures_own_count", ("5.1.0", "5.2.0", "5.3.0", "5.3.0-fp")),
-    (_census, "test_collapsed_live_value", ("5.3.0",)),
-    (_census, "test_ring_buffer_overflow_loses_no_death", ("5.1.0", "5.2.0", "5.3.0")),
-    (_census, "test_full_tracking_set_is_reported", ("5.1.0", "5.2.0", "5.3.0")),
-    (_census, "test_compaction_marks_blocks_relocated", ("5.2.0", "5.3.0")),  # 5.1 never moves blocks
-    (_census, "test_compaction_off_keeps_blocks_followed", ("5.2.0", "5.3.0")),
-    (_census, "test_census_finds_the_leak", ("5.1.0", "5.2.0", "5.3.0")),
-    (_census, "test_census_wait_major_ends_by_itself", ("5.3.0",)),
-    (_census, "test_census_attaching_to_a_busy_program", ("5.1.0", "5.2.0", "5.3.0")),
-    (_dynlink, "test_plugin_loaded_while_recording", ("5.1.0", "5.2.0", "5.3.0")),
-    (_dynlink, "test_plugin_frames_known_before_its_code_runs", ("5.1.0", "5.2.0", "5.3.0")),
-    (_dynlink, "test_recording_names_plugin_frames", ("5.3.0",)),
-    (_outheap, "test_bigarray_sites_and_whose_data", ("5.1.0", "5.2.0", "5.3.0")),
-    (_outheap, "test_bigarray_live_drops_to_zero_after_the_frees", ("5.1.0", "5.2.0", "5.3.0")),
-    (_outheap, "test_custom_blocks_carry_their_type_name", ("5.1.0", "5.2.0", "5.3.0")),
-    (_malloc, "test_malloc_sites_estimates_and_leaf_function", ("5.1.0", "5.2.0", "5.3.0")),
-    (_malloc, "test_malloc_live_drops_to_zero_after_the_frees", ("5.1.0", "5.2.0", "5.3.0")),
-    (_malloc, "test_malloc_from_a_c_thread_has_no_ocaml_stack", ("5.1.0", "5.2.0", "5.3.0")),
-    (_malloc, "test_runtime_heap_is_not_counted_twice", ("5.1.0", "5.2.0", "5.3.0")),
-    (_malloc, "test_resident_memory_breakdown", ("5.1.0", "5.2.0", "5.3.0")),
-    (_malloc, "test_target_unharmed_with_malloc_probes_and_when_killed", ("5.3.0",)),
-    (_top, "test_batch_estimates_match_the_fixtures_allocation", ("5.3.0",)),  # 5.1 has no Gc.Memprof
-    (_top, "test_batch_rates_of_equal_sites_agree_within_their_bounds", ("5.1.0", "5.2.0", "5.3.0")),
-    (_top, "test_tmux_keys_drive_the_view_and_q_leaves_the_program_unaffected", ("5.3.0",)),
+    (_sampling, "test_major_sites_rate_1e3", ("5.1.0", "5.2.0", "5.3.0", "5.4.1", "5.3.0-fp")),
+    (_sampling, "test_custom_and_unmarshal_sites", ("5.3.0", "5.4.1",)),
+    (_sampling, "test_systhreads_sites", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_sampling, "test_rate_one_samples_every_word", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_sampling, "test_major_agrees_with_in_process_memprof", ("5.3.0", "5.4.1",)),  # 5.1 has no Gc.Memprof
+    (_stacks, "test_chain_exact_stack", ("5.1.0", "5.2.0", "5.3.0", "5.4.1", "5.3.0-fp")),
+    (_stacks, "test_runtime_startup_allocations_walk_clean", ("5.1.0", "5.2.0", "5.3.0", "5.4.1", "5.3.0-fp")),
+    (_stacks, "test_deep_recursion_over_600_frames", ("5.1.0", "5.2.0", "5.3.0", "5.4.1", "5.3.0-fp")),
+    (_stacks, "test_depth_limit_is_reported", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_stacks, "test_callback_from_finaliser", ("5.1.0", "5.2.0", "5.3.0", "5.4.1", "5.3.0-fp")),
+    (_minor, "test_minor_exact_at_rate_one", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_minor, "test_minor_outputs_identical_with_and_without_camlheap", ("5.2.0", "5.3.0", "5.4.1")),
+    (_minor, "test_minor_kill9_never_harms_target", ("5.2.0", "5.3.0", "5.4.1")),
+    (_census, "test_live_at_end_matches_the_fixtures_own_count", ("5.1.0", "5.2.0", "5.3.0", "5.4.1", "5.3.0-fp")),
+    (_census, "test_collapsed_live_value", ("5.3.0", "5.4.1",)),
+    (_census, "test_ring_buffer_overflow_loses_no_death", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_census, "test_full_tracking_set_is_reported", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_census, "test_compaction_marks_blocks_relocated", ("5.2.0", "5.3.0", "5.4.1")),  # 5.1 never moves blocks
+    (_census, "test_compaction_off_keeps_blocks_followed", ("5.2.0", "5.3.0", "5.4.1")),
+    (_census, "test_census_finds_the_leak", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_census, "test_census_wait_major_ends_by_itself", ("5.3.0", "5.4.1",)),
+    (_census, "test_census_attaching_to_a_busy_program", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_dynlink, "test_plugin_loaded_while_recording", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_dynlink, "test_plugin_frames_known_before_its_code_runs", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_dynlink, "test_recording_names_plugin_frames", ("5.3.0", "5.4.1",)),
+    (_outheap, "test_bigarray_sites_and_whose_data", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_outheap, "test_bigarray_live_drops_to_zero_after_the_frees", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_outheap, "test_custom_blocks_carry_their_type_name", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_malloc, "test_malloc_sites_estimates_and_leaf_function", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_malloc, "test_malloc_live_drops_to_zero_after_the_frees", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_malloc, "test_malloc_from_a_c_thread_has_no_ocaml_stack", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_malloc, "test_runtime_heap_is_not_counted_twice", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_malloc, "test_resident_memory_breakdown", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_malloc, "test_target_unharmed_with_malloc_probes_and_when_killed", ("5.3.0", "5.4.1",)),
+    (_top, "test_batch_estimates_match_the_fixtures_allocation", ("5.3.0", "5.4.1",)),  # 5.1 has no Gc.Memprof
+    (_top, "test_batch_rates_of_equal_sites_agree_within_their_bounds", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_top, "test_tmux_keys_drive_the_view_and_q_leaves_the_program_unaffected", ("5.3.0", "5.4.1",)),
 ]
 
 for _mod, _check, _versions in CHECKS5:
@@ -253,12 +253,14 @@ def _check_offsets(libdir, major_minor):
         want = {"young_ptr": ch["CH_OCAML5_YOUNG_PTR"], "young_start": ch["CH_OCAML5_YOUNG_START"],
                 "young_end": ch["CH_OCAML5_YOUNG_END"], "current_stack": ch["CH_OCAML5_CURRENT_STACK"],
                 "young_trigger": ch["CH_OCAML5_YOUNG_TRIGGER"], "action_pending": ch["CH_OCAML5_ACTION_PENDING"],
-                "id": {(5, 1): ch["CH_OCAML51_ID"], (5, 2): ch["CH_OCAML52_ID"]}.get(major_minor, ch["CH_OCAML53_ID"]),
+                "id": {(5, 1): ch["CH_OCAML51_ID"], (5, 2): ch["CH_OCAML52_ID"],
+                       (5, 4): ch["CH_OCAML54_ID"]}.get(major_minor, ch["CH_OCAML53_ID"]),
                 "stack_sp": ch["CH_OCAML5_STACK_SP"], "stack_handler": ch["CH_OCAML5_STACK_HANDLER"],
                 "handler_parent": ch["CH_OCAML5_HANDLER_PARENT"]}
-        if major_minor == (5, 3):
-            want["memprof"] = ch["CH_OCAML53_MEMPROF"]
-            want["memprof_young_trigger"] = ch["CH_OCAML53_MEMPROF_YOUNG_TRIGGER"]
+        if major_minor in ((5, 3), (5, 4)):
+            v = "%d%d" % major_minor
+            want["memprof"] = ch["CH_OCAML%s_MEMPROF" % v]
+            want["memprof_young_trigger"] = ch["CH_OCAML%s_MEMPROF_YOUNG_TRIGGER" % v]
         if major_minor == (5, 2):
             want["memprof_young_trigger"] = ch["CH_OCAML52_MEMPROF_YOUNG_TRIGGER"]
     else:
@@ -310,6 +312,10 @@ def test_v5_2_0__offsets_match_the_runtime_headers():
 
 def test_v5_3_0__offsets_match_the_runtime_headers():
     _check_offsets(_toolchain_lib("5.3.0"), (5, 3))
+
+
+def test_v5_4_1__offsets_match_the_runtime_headers():
+    _check_offsets(_toolchain_lib("5.4.1"), (5, 4))
 
 
 # -- OCaml 5 fixtures ------------------------------------------------------------
@@ -385,6 +391,10 @@ def test_v5_3_0__fibers_exact_stacks_across_effect_handlers():
     _fibers_stacks("5.3.0")
 
 
+def test_v5_4_1__fibers_exact_stacks_across_effect_handlers():
+    _fibers_stacks("5.4.1")
+
+
 def test_v5_3_0_fp__fibers_exact_stacks_across_effect_handlers():
     """With frame pointers the first frame of a stack starts 16 bytes
     above its saved sp, not 8 (runtime/caml/stack.h First_frame)."""
@@ -432,6 +442,10 @@ def test_v5_2_0__four_domains_sampled_each_in_its_own():
 
 def test_v5_3_0__four_domains_sampled_each_in_its_own():
     _domains("5.3.0")
+
+
+def test_v5_4_1__four_domains_sampled_each_in_its_own():
+    _domains("5.4.1")
 
 
 def test_v5_3_0_fp__four_domains_sampled_each_in_its_own():
@@ -494,7 +508,11 @@ def test_v5_3_0__census_across_four_domains():
     _domains_census("5.3.0")
 
 
-def test_v5_3_0__fates_agree_with_in_process_memprof_in_another_run():
+def test_v5_4_1__census_across_four_domains():
+    _domains_census("5.4.1")
+
+
+def _v5_3__fates_agree_with_in_process_memprof_in_another_run(name):
     """The fractions of sampled blocks promoted, dead young and dead in the
     major heap, camlheap's census against the program's own Gc.Memprof
     tracker (promote, dealloc_minor, dealloc_major), on two runs of the
@@ -502,7 +520,7 @@ def test_v5_3_0__fates_agree_with_in_process_memprof_in_another_run():
     Gc.Memprof on 5.x).  Two-proportion z tests, Bonferroni over the 3 at
     a family-wise 1 %: |z| <= 2.94."""
     import re
-    saved = _with_fixtures("5.3.0")
+    saved = _with_fixtures(name)
     try:
         rate = _census.RATE
         p = subprocess.run([chtest.fixture("leak"), "memprof=%g" % rate], stdout=subprocess.PIPE,
@@ -524,11 +542,19 @@ def test_v5_3_0__fates_agree_with_in_process_memprof_in_another_run():
     _census.check_fates(ours, mp)
 
 
-def test_v5_3_0__kill9_never_harms_a_multi_domain_target():
+def test_v5_3_0__fates_agree_with_in_process_memprof_in_another_run():
+    _v5_3__fates_agree_with_in_process_memprof_in_another_run("5.3.0")
+
+
+def test_v5_4_1__fates_agree_with_in_process_memprof_in_another_run():
+    _v5_3__fates_agree_with_in_process_memprof_in_another_run("5.4.1")
+
+
+def _v5_3__kill9_never_harms_a_multi_domain_target(name):
     """camlheap killed with -9 at random moments while attached to four
     domains (one spinning): the target's output and status never change.
     The OCaml 5 probes only read, so nothing is left behind to undo."""
-    saved = _with_fixtures("5.3.0")
+    saved = _with_fixtures(name)
     try:
         args = ["n=30000"]
         ref_w = chtest.Waiting("domains", args)
@@ -538,6 +564,14 @@ def test_v5_3_0__kill9_never_harms_a_multi_domain_target():
         chtest.kill9_runs("domains", args, ref, 1e-3, 8, extra=["--by-domain"], attach_every=4, sigstop_odd=True)
     finally:
         chtest.FIXTURES = saved
+
+
+def test_v5_3_0__kill9_never_harms_a_multi_domain_target():
+    _v5_3__kill9_never_harms_a_multi_domain_target("5.3.0")
+
+
+def test_v5_4_1__kill9_never_harms_a_multi_domain_target():
+    _v5_3__kill9_never_harms_a_multi_domain_target("5.4.1")
 
 
 def test_v5_1_0__unmarshal_not_sampled_and_said():
@@ -573,7 +607,7 @@ def test_v5_1_0__minor_outputs_identical_but_finaliser_timing():
         chtest.FIXTURES = saved
 
 
-def test_v5_3_0__minor_agrees_with_in_process_memprof_in_another_run():
+def _v5_3__minor_agrees_with_in_process_memprof_in_another_run(name):
     """OCaml 5.3: camlheap never arms a domain whose program runs Gc.Memprof
     itself, so the two cannot sample one run side by side.  The fixture is
     deterministic (same allocations at every site in every run), so run it
@@ -585,7 +619,7 @@ def test_v5_3_0__minor_agrees_with_in_process_memprof_in_another_run():
     import re
     import statistics
     import test_minor
-    saved = _with_fixtures("5.3.0")
+    saved = _with_fixtures(name)
     try:
         rate = 1e-4
         args = ["n=2000000", "ratio", "c", "comb", "sig"]  # finalisers run at other moments under Gc.Memprof
@@ -612,12 +646,20 @@ def test_v5_3_0__minor_agrees_with_in_process_memprof_in_another_run():
             site, n1, n2, z, zcrit)
 
 
-def test_v5_3_0__private_runtime_layouts_match_its_debug_info():
+def test_v5_3_0__minor_agrees_with_in_process_memprof_in_another_run():
+    _v5_3__minor_agrees_with_in_process_memprof_in_another_run("5.3.0")
+
+
+def test_v5_4_1__minor_agrees_with_in_process_memprof_in_another_run():
+    _v5_3__minor_agrees_with_in_process_memprof_in_another_run("5.4.1")
+
+
+def _v5_3__private_runtime_layouts_match_its_debug_info(name):
     """The 5.3 runtime structures camlheap reads that no header declares
     (to find a running Gc.Memprof's rate): their offsets in the runtime's
     own DWARF, as gdb prints them, equal camlheap's constants."""
     import re
-    fixtures = _fixtures_for("5.3.0")
+    fixtures = _fixtures_for(name)
     ch = _camlheap_constants()
     p = subprocess.run(["gdb", "-batch", "-ex", "ptype /o struct dom_internal", "-ex", "ptype /o struct memprof_domain_s",
                         "-ex", "ptype /o struct entries_s", os.path.join(fixtures, "alloc_minor")],
@@ -629,20 +671,37 @@ def test_v5_3_0__private_runtime_layouts_match_its_debug_info():
         m = re.search(r"/\*\s+(\d+)\s+\|\s+\d+ \*/\s+[^;]*?\b%s;" % field, body)
         assert m, (struct, field, body[:1500])
         return int(m.group(1))
-    assert offset("dom_internal", "state") == ch["CH_OCAML53_DOM_INTERNAL_STATE"], out
+    v = name.replace(".", "")[:2]  # 53, 54
+    assert offset("dom_internal", "state") == ch["CH_OCAML%s_DOM_INTERNAL_STATE" % v], out
     assert offset("memprof_domain_s", "entries") + offset("entries_s", "config") == ch["CH_OCAML53_MEMPROF_CONFIG"], out
 
 
-def test_v5_3_0__observe_takes_the_programs_own_memprof_samples():
+def test_v5_3_0__private_runtime_layouts_match_its_debug_info():
+    _v5_3__private_runtime_layouts_match_its_debug_info("5.3.0")
+
+
+def test_v5_4_1__private_runtime_layouts_match_its_debug_info():
+    _v5_3__private_runtime_layouts_match_its_debug_info("5.4.1")
+
+
+def _v5_3__observe_takes_the_programs_own_memprof_samples(name):
     """A 5.3 program already running Gc.Memprof: camlheap never arms its
     minor heap, reads the rate from the program's Gc.Memprof.t, and takes
     memprof's own sample points read-only (caml_memprof_sample_young); per
     site they agree with the program's own counts (the 4.x test, unchanged)."""
-    saved = _with_fixtures("5.3.0")
+    saved = _with_fixtures(name)
     try:
         _minor.test_observe_takes_the_programs_own_memprof_samples()
     finally:
         chtest.FIXTURES = saved
+
+
+def test_v5_3_0__observe_takes_the_programs_own_memprof_samples():
+    _v5_3__observe_takes_the_programs_own_memprof_samples("5.3.0")
+
+
+def test_v5_4_1__observe_takes_the_programs_own_memprof_samples():
+    _v5_3__observe_takes_the_programs_own_memprof_samples("5.4.1")
 
 
 def _minor_sites_5(name):
@@ -670,6 +729,10 @@ def test_v5_2_0__minor_sites_rate_1e4_without_the_signal_handler():
 
 def test_v5_3_0__minor_sites_rate_1e4_without_the_signal_handler():
     _minor_sites_5("5.3.0")
+
+
+def test_v5_4_1__minor_sites_rate_1e4_without_the_signal_handler():
+    _minor_sites_5("5.4.1")
 
 
 def test_v5_3_0_fp__minor_sites_rate_1e4_without_the_signal_handler():

@@ -64,8 +64,8 @@ TOOLCHAINS = {
 
 # What tests/test_versions.py and tests/test_releases.py build their fixtures
 # with; the others are for trying a release by hand (4.10 and 4.11 are
-# refused, 5.4 not supported yet).
-USED = ["4.12.0", "4.12.1", "4.14.0", "4.14.2", "5.1.0", "5.2.0", "5.3.0", "5.3.0-fp"]
+# refused).
+USED = ["4.12.0", "4.12.1", "4.14.0", "4.14.2", "5.1.0", "5.2.0", "5.3.0", "5.3.0-fp", "5.4.1"]
 
 
 class Unavailable(Exception):

@@ -22,7 +22,7 @@ const char *argp_program_version = "camlheap 0.1";
 const char *argp_program_bug_address = "the camlheap issue tracker";
 
 static const char record_doc[] =
-	"Sample the allocations of a running native OCaml program (4.12, 4.13, 4.14, 5.1, 5.2, 5.3) the way Gc.Memprof does, "
+	"Sample the allocations of a running native OCaml program (4.12, 4.13, 4.14, 5.1, 5.2, 5.3, 5.4) the way Gc.Memprof does, "
 	"from outside the process, and report which call stacks allocate its memory.\n"
 	"\n"
 	"  camlheap record -p PID [OPTIONS]\n"
@@ -105,7 +105,7 @@ static const struct argp_option record_options[] = {
 };
 
 static const char census_doc[] =
-	"Take a census of the live sampled heap of a running native OCaml program (4.12, 4.13, 4.14, 5.1, 5.2, 5.3): attach, "
+	"Take a census of the live sampled heap of a running native OCaml program (4.12, 4.13, 4.14, 5.1, 5.2, 5.3, 5.4): attach, "
 	"sample its allocations as `record` does, follow every sampled block until the GC frees it, and "
 	"after the next completed major cycle (or --wait-major N cycles, or --duration) print what is still "
 	"alive, by allocation site: estimated live bytes with a 95 % interval, live blocks, median age in "

@@ -558,6 +558,8 @@ struct ocaml_release {
 	/* 5.x: offsetof(caml_domain_state, id) and (memprof_young_trigger),
 	 * 0: none (runtime/caml/domain_state.tbl) */
 	uint32_t dom_id_off, memprof_trig_off;
+	uint32_t memprof_off;  /* offsetof(caml_domain_state, memprof), where a running Gc.Memprof is read (5.3+) */
+	uint32_t dom_internal_state_off; /* offsetof(struct dom_internal, state) (runtime/domain.c; 5.3+) */
 	bool sample_block;     /* caml_memprof_sample_block (5.3), else caml_alloc_shr & co. (5.1, 5.2) */
 	bool compaction;       /* caml_compact_heap (from 5.2) */
 	bool gc_stats_ptr;     /* sampled_gc_stats is a pointer to caml_params->max_domains entries (5.3),
@@ -566,20 +568,35 @@ struct ocaml_release {
 };
 
 static const struct ocaml_release releases[] = {
-	{ 4, 12, "4.12.0, 4.12.1", CH_OCAML412_YOUNG_LIMIT, CH_OCAML412_YOUNG_PTR, 0, 0, false, false, false, NULL },
-	{ 4, 13, "4.13.1", CH_OCAML4_YOUNG_LIMIT, CH_OCAML4_YOUNG_PTR, 0, 0, false, false, false, NULL },
-	{ 4, 14, "4.14.0, 4.14.2", CH_OCAML4_YOUNG_LIMIT, CH_OCAML4_YOUNG_PTR, 0, 0, false, false, false, NULL },
+	{ .major = 4, .minor = 12, .tested = "4.12.0, 4.12.1",
+	  .young_limit_off = CH_OCAML412_YOUNG_LIMIT, .young_ptr_off = CH_OCAML412_YOUNG_PTR },
+	{ .major = 4, .minor = 13, .tested = "4.13.1",
+	  .young_limit_off = CH_OCAML4_YOUNG_LIMIT, .young_ptr_off = CH_OCAML4_YOUNG_PTR },
+	{ .major = 4, .minor = 14, .tested = "4.14.0, 4.14.2",
+	  .young_limit_off = CH_OCAML4_YOUNG_LIMIT, .young_ptr_off = CH_OCAML4_YOUNG_PTR },
 	/* 5.1.0 shared_heap.c:882 caml_cycle_heap_stw, called by one domain
 	 * inside the barrier of cycle_all_domains_callback, major_gc.c:1217 */
-	{ 5, 1, "5.1.0", 0, 0, CH_OCAML51_ID, 0, false, false, false, "caml_cycle_heap_stw" },
-	{ 5, 2, "5.2.0", 0, 0, CH_OCAML52_ID, CH_OCAML52_MEMPROF_YOUNG_TRIGGER, false, true, false,
-	  "caml_cycle_heap_from_stw_single" },
-	{ 5, 3, "5.3.0", 0, 0, CH_OCAML53_ID, CH_OCAML53_MEMPROF_YOUNG_TRIGGER, true, true, true,
-	  "caml_cycle_heap_from_stw_single" },
+	{ .major = 5, .minor = 1, .tested = "5.1.0", .dom_id_off = CH_OCAML51_ID,
+	  .cycle_fn = "caml_cycle_heap_stw" },
+	{ .major = 5, .minor = 2, .tested = "5.2.0", .dom_id_off = CH_OCAML52_ID,
+	  .memprof_trig_off = CH_OCAML52_MEMPROF_YOUNG_TRIGGER, .compaction = true,
+	  .cycle_fn = "caml_cycle_heap_from_stw_single" },
+	{ .major = 5, .minor = 3, .tested = "5.3.0", .dom_id_off = CH_OCAML53_ID,
+	  .memprof_trig_off = CH_OCAML53_MEMPROF_YOUNG_TRIGGER, .memprof_off = CH_OCAML53_MEMPROF,
+	  .dom_internal_state_off = CH_OCAML53_DOM_INTERNAL_STATE, .sample_block = true, .compaction = true,
+	  .gc_stats_ptr = true, .cycle_fn = "caml_cycle_heap_from_stw_single" },
+	/* 5.4.1: 5.3's hooks and structures (runtime/memprof.c, shared_heap.c,
+	 * fiber.h, stack.h unchanged but for comments and TSan), four more
+	 * domain-state fields before `id`, a thread id before dom_internal's
+	 * state */
+	{ .major = 5, .minor = 4, .tested = "5.4.1", .dom_id_off = CH_OCAML54_ID,
+	  .memprof_trig_off = CH_OCAML54_MEMPROF_YOUNG_TRIGGER, .memprof_off = CH_OCAML54_MEMPROF,
+	  .dom_internal_state_off = CH_OCAML54_DOM_INTERNAL_STATE, .sample_block = true, .compaction = true,
+	  .gc_stats_ptr = true, .cycle_fn = "caml_cycle_heap_from_stw_single" },
 };
 
-const char ocaml_runtime_supported[] = "4.12, 4.13, 4.14, 5.1, 5.2, 5.3";
-#define TESTED_RELEASES "4.12.0, 4.12.1, 4.13.1, 4.14.0, 4.14.2, 5.1.0, 5.2.0, 5.3.0"
+const char ocaml_runtime_supported[] = "4.12, 4.13, 4.14, 5.1, 5.2, 5.3, 5.4";
+#define TESTED_RELEASES "4.12.0, 4.12.1, 4.13.1, 4.14.0, 4.14.2, 5.1.0, 5.2.0, 5.3.0, 5.4.1"
 
 /* Is "4.14.2" among "4.14.0, 4.14.2"? */
 static bool in_list(const char *list, const char *version)
@@ -714,7 +731,7 @@ static enum ocaml_detect_result check_layout4(const struct elf_image *img, const
 	return OCAML_OK;
 }
 
-/* OCaml 5.1, 5.2 and 5.3 (ocaml-runtime.md §1.3-1.5, §3.4-3.5, §7.1). */
+/* OCaml 5.1 to 5.4 (ocaml-runtime.md §1.3-1.5, §3.4-3.5, §7.1). */
 static enum ocaml_detect_result detect5(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
 					char *msg, size_t msglen)
 {
@@ -739,6 +756,8 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 	rt->compact_count_sym = compact ? compact->vaddr : 0;
 	rt->dom_id_off = rel->dom_id_off;
 	rt->memprof_trig_off = rel->memprof_trig_off;
+	rt->memprof_off = rel->memprof_off;
+	rt->dom_internal_state_off = rel->dom_internal_state_off;
 	/* ENTER_FUNCTION (5.x runtime/amd64.S:94-97): push %rbp; mov %rsp,%rbp */
 	rt->frame_pointers = code && code[0] == 0x55 && code[1] == 0x48 && code[2] == 0x89 && code[3] == 0xe5;
 	if (rel->sample_block) {

@@ -90,6 +90,8 @@ struct ocaml_runtime {
 	uint64_t minor_count_sym, major_count_sym, compact_count_sym; /* exported GC counters (0: absent) */
 	uint32_t dom_id_off;     /* offsetof(caml_domain_state, id) */
 	uint32_t memprof_trig_off; /* offsetof(caml_domain_state, memprof_young_trigger), 0: none (5.1) */
+	uint32_t memprof_off;      /* offsetof(caml_domain_state, memprof), 0: no working Gc.Memprof (5.1, 5.2) */
+	uint32_t dom_internal_state_off; /* offsetof(struct dom_internal, state), domain.c's private layout (5.3+) */
 	uint64_t heap_state_sym;   /* 5.x: `struct global_heap_state caml_global_heap_state` */
 	uint64_t ba_ops_sym;       /* link-time vaddr of `caml_ba_ops` if the bigarray probes are planned, else 0 */
 	uint64_t all_domains_sym;  /* 5.3: link-time vaddr of domain.c's `static dom_internal *all_domains`,
@@ -120,7 +122,7 @@ enum ocaml_detect_result {
 	OCAML_MISSING_SYMBOLS,
 };
 
-/* The supported release lines, for messages: "4.12, 4.13, 4.14, 5.1, 5.2, 5.3". */
+/* The supported release lines, for messages: "4.12, 4.13, 4.14, 5.1, 5.2, 5.3, 5.4". */
 extern const char ocaml_runtime_supported[];
 
 /* Inspect `img`, called `name` in messages (the executable's real path).
@@ -129,7 +131,7 @@ extern const char ocaml_runtime_supported[];
  *
  * Supported, on x86-64: the releases of ocaml_runtime_supported, read from
  * Sys.ocaml_version in the executable (elf_image_find_ocaml_version); 4.x
- * at any patch level, 5.x at the tested ones (5.1.0, 5.2.0, 5.3.0).  A release
+ * at any patch level, 5.x at the tested ones (5.1.0, 5.2.0, 5.3.0, 5.4.1).  A release
  * with a suffix (5.4.0+dev0, 5.3.0~alpha1: a development or pre-release
  * build), any other line, or a 5.x runtime whose release is unknown is
  * refused (OCAML_UNSUPPORTED_VERSION), as is a 4.x runtime whose code

@@ -348,7 +348,7 @@ static int read_u64(int fd, uint64_t addr, uint64_t *out)
 	return pread(fd, out, sizeof(*out), (off_t)addr) == sizeof(*out) ? 0 : -1;
 }
 
-/* OCaml 5.3: the Gc.Memprof configuration of domain 0 (a profile applies to
+/* OCaml 5.3 and 5.4: the Gc.Memprof configuration of domain 0 (a profile applies to
  * every domain), through all_domains[0].state->memprof->entries.config, a
  * Gc.Memprof.t block: field 0 its status (Val_int(0): sampling), field 1
  * its rate, a boxed float (5.3 runtime/memprof.c:377-412). */
@@ -357,9 +357,9 @@ static double memprof53_rate(const struct target *t, int fd)
 	uint64_t all = 0, state = 0, mp = 0, config = 0, status = 0, box = 0;
 	double lambda = -1;
 
-	if (!t->rt.all_domains_sym || read_u64(fd, t->rt.all_domains_sym + t->bias, &all) || !all ||
-	    read_u64(fd, all + CH_OCAML53_DOM_INTERNAL_STATE, &state) || !state ||
-	    read_u64(fd, state + CH_OCAML53_MEMPROF, &mp) || !mp || read_u64(fd, mp + CH_OCAML53_MEMPROF_CONFIG, &config) ||
+	if (!t->rt.all_domains_sym || !t->rt.memprof_off || read_u64(fd, t->rt.all_domains_sym + t->bias, &all) || !all ||
+	    read_u64(fd, all + t->rt.dom_internal_state_off, &state) || !state ||
+	    read_u64(fd, state + t->rt.memprof_off, &mp) || !mp || read_u64(fd, mp + CH_OCAML53_MEMPROF_CONFIG, &config) ||
 	    config == 1 /* Val_unit: never started */ || (config & 7) || read_u64(fd, config, &status) ||
 	    status != 1 /* Val_int(CONFIG_STATUS_SAMPLING) */ || read_u64(fd, config + 8, &box) ||
 	    pread(fd, &lambda, sizeof(lambda), (off_t)box) != sizeof(lambda))
