@@ -98,16 +98,20 @@ def prebuild_toolchains(filters):
     """On a full run, build the toolchains tests/test_versions.py needs in
     the background at the lowest CPU priority while the other tests run
     (each takes minutes, once per machine): a test that reaches one still
-    being built waits for it on the toolchain's lock.  Returns the process,
-    or None."""
+    being built waits for it on the toolchain's lock.  Returns the pid of
+    its session leader, or None."""
     import toolchains
     if filters or os.environ.get("CAMLHEAP_NO_PREBUILD"):
         return None
-    log = open(os.path.join(chtest.BUILD, "toolchains.log"), "w")
+    log = os.path.join(chtest.BUILD, "toolchains.log")
     print("toolchains: building any of %s not built yet in the background (log: %s)" % (
-        ", ".join(toolchains.USED), log.name), flush=True)
-    return subprocess.Popen(["nice", "-n", "19", sys.executable, os.path.join(HERE, "toolchains.py")],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        ", ".join(toolchains.USED), log), flush=True)
+    # Not a child of this process: a test that reaps any child
+    # (test_lifecycle's waitpid(-1) as a subreaper) must not wait for it.
+    # sh starts it in a session of its own and exits at once.
+    sh = subprocess.run(["sh", "-c", 'setsid nice -n 19 "$0" "$1" >"$2" 2>&1 </dev/null & echo $!', sys.executable,
+                         os.path.join(HERE, "toolchains.py"), log], stdout=subprocess.PIPE, check=True)
+    return int(sh.stdout.decode().strip())
 
 
 def main():
@@ -119,10 +123,12 @@ def main():
     try:
         run_modules(filters)
     finally:
-        if builder and builder.poll() is None:
+        if builder:
             # (an interrupted build leaves no stamp: it is built again next time)
-            os.killpg(builder.pid, signal.SIGTERM)
-            builder.wait()
+            try:
+                os.killpg(builder, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
     # the tests' files go, unless a test failed (they may tell why)
     if failed or os.environ.get("CAMLHEAP_KEEP_TMP"):
         print("test files kept in %s/camlheap-test-*" % os.environ.get("TMPDIR", "/tmp"))
