@@ -32,7 +32,9 @@ LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread -lprotobuf-c \
 
 BPF_CFLAGS := -O2 -g -target bpf -mcpu=v3 -D__TARGET_ARCH_x86 -I. -Iinclude -Wall -Wno-unused-function
 
-USER_SRCS := $(filter-out user/main.c,$(wildcard user/*.c))
+# user/: one folder a stage (README *How it works*): target, collect, profile,
+# output, cmd.  Headers are included by their folder: "target/elf_image.h".
+USER_SRCS := $(filter-out user/cmd/main.c,$(wildcard user/*/*.c))
 USER_OBJS := $(patsubst user/%.c,$(BUILD)/user/%.o,$(USER_SRCS)) $(BUILD)/gen/profile.pb-c.o
 BPF_SRCS  := $(wildcard bpf/*.bpf.c)
 BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
@@ -79,11 +81,11 @@ $(BUILD)/gen/profile.pb-c.c $(BUILD)/gen/profile.pb-c.h: proto/profile.proto | $
 $(BUILD)/gen/profile.pb-c.o: $(BUILD)/gen/profile.pb-c.c $(BUILD)/gen/profile.pb-c.h
 	$(CC) $(CFLAGS) -Wno-unused-parameter -c $< -o $@
 
-$(BUILD)/user/%.o: user/%.c user/*.h include/*.h $(SKELS) $(BUILD)/gen/profile.pb-c.h | $(BUILD)/.deps
+$(BUILD)/user/%.o: user/%.c user/*/*.h include/*.h $(SKELS) $(BUILD)/gen/profile.pb-c.h | $(BUILD)/.deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/camlheap: $(BUILD)/user/main.o $(USER_OBJS)
+$(BUILD)/camlheap: $(BUILD)/user/cmd/main.o $(USER_OBJS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # --- tests -------------------------------------------------------------------
@@ -139,10 +141,10 @@ unit: $(UNIT_BINS) $(BUILD)/tests/fuzz_memtrace
 
 # The memtrace writer and reader against each other (libFuzzer, ASan,
 # UBSan); `make test` runs it on a bounded corpus, `make fuzz` for longer.
-$(BUILD)/tests/fuzz_memtrace: tests/fuzz_memtrace.c user/memtrace.c user/memtrace.h | $(BUILD)/.deps
+$(BUILD)/tests/fuzz_memtrace: tests/fuzz_memtrace.c user/output/memtrace.c user/output/memtrace.h | $(BUILD)/.deps
 	@mkdir -p $(@D)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iuser \
-	  $(shell pkg-config --cflags glib-2.0) -o $@ tests/fuzz_memtrace.c user/memtrace.c \
+	  $(shell pkg-config --cflags glib-2.0) -o $@ tests/fuzz_memtrace.c user/output/memtrace.c \
 	  $(shell pkg-config --libs glib-2.0)
 
 # OCaml toolchains beyond Debian's (tests/toolchains.py): built once into

@@ -25,7 +25,7 @@
 
 #include <glib.h>
 
-#include "memtrace.h"
+#include "output/memtrace.h"
 
 struct in {
 	const uint8_t *p;

@@ -31,10 +31,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "elf_image.h"
-#include "frametable.h"
-#include "ocaml_runtime.h"
-#include "symbolize.h"
+#include "target/elf_image.h"
+#include "target/frametable.h"
+#include "target/ocaml_runtime.h"
+#include "target/symbolize.h"
 
 #define DEFAULT_OCAMLOPT "/usr/bin/ocamlopt.opt"
 #define DEFAULT_BININFO "../shared/tools/ocaml_bininfo.py" /* beside the repository; tests run from its top */

@@ -10,11 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ocaml_runtime.h"
-#include "profile.h"
-#include "outfile.h"
-#include "report.h"
-#include "sampler.h"
+#include "target/ocaml_runtime.h"
+#include "profile/profile.h"
+#include "output/outfile.h"
+#include "output/report.h"
+#include "collect/sampler.h"
 
 static int failures;
 

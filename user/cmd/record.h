@@ -1,0 +1,65 @@
+/* record.h -- `camlheap record`: attach to a process (or launch a command
+ * stopped at exec), sample until Ctrl-C / SIGTERM / --duration / target
+ * exit, then write the report.
+ */
+#ifndef CH_RECORD_H
+#define CH_RECORD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "output/report.h"
+#include "cmd/top.h"
+
+/* --executor: who performs the young_limit writes of minor-heap sampling. */
+enum record_executor {
+	RECORD_EXEC_AUTO = 0,  /* kernel if this kernel allows bpf_probe_write_user, else ptrace */
+	RECORD_EXEC_KERNEL,
+	RECORD_EXEC_PTRACE,
+	RECORD_EXEC_OBSERVE,   /* never write: no minor-heap sampling */
+};
+
+struct record_opts {
+	pid_t pid;                 /* -p PID, or 0 with argv */
+	char **argv;               /* launch mode: NULL-terminated command, or NULL */
+	double rate;               /* lambda, samples per word */
+	double duration_s;         /* 0: until stopped */
+	const char *output;        /* file, or NULL / "-" for stdout */
+	enum report_format format; /* REPORT_MEMTRACE: the recording file (recording.h) */
+	int top;
+	unsigned max_frames;
+	enum record_executor executor;
+	bool keep_cpus_awake;      /* ptrace executor: SCHED_IDLE spinners keep vCPUs from halting */
+	/* census (ARCHITECTURE.md §6) */
+	bool live;                 /* record --live: per-site live and peak in the text report */
+	int value;                 /* enum report_value: what the report ranks / sums */
+	bool format_given;         /* --format was given (else -o FILE writes the recording) */
+	bool top_given;            /* --top was given */
+	bool no_census;            /* --no-census: do not follow sampled blocks */
+	bool by_domain;            /* --by-domain: sites split by allocating domain (OCaml 5) */
+	uint32_t max_tracked;      /* --max-tracked: sampled blocks followed in the major heap at once */
+	bool census;               /* `camlheap census`: write the census report */
+	int wait_major;            /* census: stop once this many full major cycles ended after attach (0: no) */
+	bool malloc;               /* --malloc: sample libc malloc/free and anonymous mmap too */
+	double budget_sps;         /* --budget: samples kept per second at most (0: no budget) */
+	/* `camlheap serve`'s worker (serve.h): one per target process */
+	bool serve;                /* a service worker: commands on serve_fd, profiles into outdir */
+	int serve_fd;              /* SOCK_SEQPACKET to the service (protocol: serve.h) */
+	double interval_s;         /* a heap profile and a census into outdir every this many seconds */
+	const char *outdir;        /* the process's directory of periodic profiles */
+	/* `camlheap top` (top.h): the live view instead of a report */
+	const struct top_opts *topo;
+};
+
+/* Run a recording.  Returns the process exit status for camlheap: in launch
+ * mode the command's status (128 + signal if it was killed), otherwise 0 on
+ * success; 2 for a bad target or a set-up error (message on stderr), 1 if
+ * the report could not be written. */
+int record_run(const struct record_opts *o);
+
+/* Default for --max-tracked: 256 Ki blocks (12 MiB of kernel memory): at
+ * the default rate, the sampled blocks of a 200 GB live heap. */
+#define RECORD_DEFAULT_MAX_TRACKED (1u << 18)
+
+#endif

@@ -1,0 +1,425 @@
+/* serve_config.c -- `camlheap serve`'s configuration file (serve.h), read
+ * with GLib's GKeyFile (the freedesktop.org desktop-entry key file syntax:
+ * [groups], key = value, # comments). */
+#define _GNU_SOURCE
+#include "cmd/serve.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <glib.h>
+
+static const char *const serve_keys[] = { "output", "interval", "keep", "keep-bytes", "listen", "socket",
+					  "rate", "host-budget", "max-processes", NULL };
+static const char *const target_keys[] = { "exe", "unit", "cgroup", "pidfile", "rate", "budget", "malloc",
+					   "executor", NULL };
+
+static bool in_list(const char *const *l, const char *k)
+{
+	for (; *l; l++)
+		if (!strcmp(*l, k))
+			return true;
+	return false;
+}
+
+static int bad(char *err, size_t len, const char *path, const char *group, const char *key, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+static int bad(char *err, size_t len, const char *path, const char *group, const char *key, const char *fmt, ...)
+{
+	va_list ap;
+	int n = snprintf(err, len, "%s: [%s]%s%s: ", path, group, key ? " " : "", key ? key : "");
+
+	va_start(ap, fmt);
+	if (n >= 0 && (size_t)n < len)
+		vsnprintf(err + n, len - (size_t)n, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* "1.5G", "100M", "4096": bytes (K, M, G, T are powers of 1024). */
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || !(v >= 0))
+		return -1;
+	while (*end == ' ')
+		end++;
+	switch (*end) {
+	case 'K': case 'k': v *= 1024.0; end++; break;
+	case 'M': case 'm': v *= 1048576.0; end++; break;
+	case 'G': case 'g': v *= 1073741824.0; end++; break;
+	case 'T': case 't': v *= 1099511627776.0; end++; break;
+	default: break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || v > 9e18)
+		return -1;
+	*out = (uint64_t)v;
+	return 0;
+}
+
+static int get_double(GKeyFile *kf, const char *path, const char *g, const char *k, double lo, double hi, bool lo_open,
+		      double *out, char *err, size_t len)
+{
+	char *v = g_key_file_get_value(kf, g, k, NULL), *end;
+	double d;
+
+	if (!v)
+		return 0;
+	errno = 0;
+	d = strtod(v, &end);
+	if (errno || end == v || *end || isnan(d) || d > hi || (lo_open ? d <= lo : d < lo)) {
+		int r = bad(err, len, path, g, k, "'%s' is not a number in %s%g, %g]", v, lo_open ? "(" : "[", lo, hi);
+
+		g_free(v);
+		return r;
+	}
+	g_free(v);
+	*out = d;
+	return 0;
+}
+
+static bool valid_name(const char *n)
+{
+	if (!*n || strlen(n) > 64 || !strcmp(n, ".") || !strcmp(n, ".."))
+		return false;
+	for (; *n; n++)
+		if (!g_ascii_isalnum(*n) && *n != '_' && *n != '-' && *n != '.')
+			return false;
+	return true;
+}
+
+static char *get_str(GKeyFile *kf, const char *g, const char *k)
+{
+	char *v = g_key_file_get_string(kf, g, k, NULL);
+
+	if (v && !*v) {
+		g_free(v);
+		return NULL;
+	}
+	return v;
+}
+
+void serve_config_free(struct serve_config *c)
+{
+	for (size_t i = 0; i < c->ntargets; i++) {
+		struct serve_target *t = &c->targets[i];
+
+		g_free(t->name);
+		g_free(t->exe);
+		g_free(t->unit);
+		g_free(t->cgroup);
+		g_free(t->pidfile);
+		g_free(t->executor);
+	}
+	free(c->targets);
+	g_free(c->warnings);
+	g_free(c->output);
+	g_free(c->listen);
+	g_free(c->socket);
+	memset(c, 0, sizeof(*c));
+}
+
+int serve_config_load(const char *path, struct serve_config *c, char *err, size_t len)
+{
+	GKeyFile *kf = g_key_file_new();
+	GError *ge = NULL;
+	gchar **groups = NULL;
+	int ret = -EINVAL;
+
+	memset(c, 0, sizeof(*c));
+	if (!g_key_file_load_from_file(kf, path, G_KEY_FILE_NONE, &ge)) {
+		ret = ge->domain == G_FILE_ERROR ? -ENOENT : -EINVAL;
+		snprintf(err, len, "cannot read the configuration file %s: %s%s", path, ge->message,
+			 ge->domain == G_FILE_ERROR ? "" : " (the syntax: man 5 camlheap.conf)");
+		g_error_free(ge);
+		g_key_file_free(kf);
+		return ret;
+	}
+	c->output = g_strdup("/var/lib/camlheap");
+	c->interval_s = 60;
+	c->keep = 10;
+	c->keep_bytes = 1ull << 30;
+	c->listen = g_strdup("127.0.0.1:6061");
+	c->rate = 1e-5;
+	c->max_processes = 256;
+
+	groups = g_key_file_get_groups(kf, NULL);
+	for (gchar **g = groups; *g; g++) {
+		gchar **keys = g_key_file_get_keys(kf, *g, NULL, NULL);
+		bool is_serve = !strcmp(*g, "serve");
+		bool is_target = !strncmp(*g, "target:", 7);
+
+		if (!is_serve && !is_target) {
+			g_strfreev(keys);
+			ret = bad(err, len, path, *g, NULL,
+				  "unknown group (groups are [serve] and [target:NAME])");
+			goto out;
+		}
+		for (gchar **k = keys; k && *k; k++) {
+			char *v = g_key_file_get_value(kf, *g, *k, NULL);
+			const char *hash = v ? strchr(v, '#') : NULL;
+
+			/* GKeyFile has no inline comments: "60  # every minute" is the value */
+			if (hash && hash > v && (hash[-1] == ' ' || hash[-1] == '\t')) {
+				ret = bad(err, len, path, *g, *k,
+					  "'%s': a comment after a value is part of the value; put comments on lines of "
+					  "their own", v);
+				g_free(v);
+				g_strfreev(keys);
+				goto out;
+			}
+			g_free(v);
+			if (!in_list(is_serve ? serve_keys : target_keys, *k)) {
+				ret = bad(err, len, path, *g, *k, "unknown key (the keys of this group: %s)",
+					  is_serve ? "output, interval, keep, keep-bytes, listen, socket, rate, host-budget, "
+						     "max-processes"
+						   : "exe, unit, cgroup, pidfile, rate, budget, malloc, executor");
+				g_strfreev(keys);
+				goto out;
+			}
+		}
+		g_strfreev(keys);
+	}
+
+	if (g_key_file_has_group(kf, "serve")) {
+		const char *g = "serve";
+		char *v;
+		double d;
+
+		if ((v = get_str(kf, g, "output"))) {
+			g_free(c->output);
+			c->output = v;
+			if (v[0] != '/') {
+				ret = bad(err, len, path, g, "output", "'%s' is not an absolute path", v);
+				goto out;
+			}
+		}
+		if (get_double(kf, path, g, "interval", 0.1, 86400 * 7, false, &c->interval_s, err, len) < 0)
+			goto out;
+		d = c->keep;
+		if (get_double(kf, path, g, "keep", 1, 1e6, false, &d, err, len) < 0)
+			goto out;
+		c->keep = (unsigned)d;
+		if ((v = g_key_file_get_value(kf, g, "keep-bytes", NULL))) {
+			int r = parse_size(v, &c->keep_bytes);
+
+			if (r < 0 || c->keep_bytes < 4096) {
+				ret = bad(err, len, path, g, "keep-bytes", "'%s' is not a size of at least 4K (e.g. 500M, 2G)", v);
+				g_free(v);
+				goto out;
+			}
+			g_free(v);
+		}
+		if ((v = get_str(kf, g, "listen"))) {
+			g_free(c->listen);
+			c->listen = v;
+			if (strcmp(v, "none") && (!strrchr(v, ':') || atoi(strrchr(v, ':') + 1) <= 0 ||
+						   atoi(strrchr(v, ':') + 1) > 65535)) {
+				ret = bad(err, len, path, g, "listen", "'%s' is not HOST:PORT (or none)", v);
+				goto out;
+			}
+		}
+		c->socket = get_str(kf, g, "socket");
+		if (c->socket && (c->socket[0] != '/' || strlen(c->socket) >= 108)) {
+			ret = bad(err, len, path, g, "socket", "'%s' is not an absolute path under 108 bytes", c->socket);
+			goto out;
+		}
+		if (get_double(kf, path, g, "rate", 0, 1, true, &c->rate, err, len) < 0 ||
+		    get_double(kf, path, g, "host-budget", 0, 1e9, false, &c->host_budget, err, len) < 0)
+			goto out;
+		d = c->max_processes;
+		if (get_double(kf, path, g, "max-processes", 1, 4096, false, &d, err, len) < 0)
+			goto out;
+		c->max_processes = (unsigned)d;
+	}
+
+	for (gchar **g = groups; *g; g++) {
+		struct serve_target *t, *nt;
+		GError *be = NULL;
+
+		if (strncmp(*g, "target:", 7))
+			continue;
+		if (!valid_name(*g + 7)) {
+			ret = bad(err, len, path, *g, NULL, "a target's name is 1-64 of A-Z a-z 0-9 _ - .");
+			goto out;
+		}
+		for (size_t i = 0; i < c->ntargets; i++)
+			if (!strcmp(c->targets[i].name, *g + 7)) {
+				ret = bad(err, len, path, *g, NULL, "a second target of that name");
+				goto out;
+			}
+		nt = realloc(c->targets, (c->ntargets + 1) * sizeof(*nt));
+		if (!nt) {
+			ret = -ENOMEM;
+			snprintf(err, len, "out of memory");
+			goto out;
+		}
+		c->targets = nt;
+		t = &c->targets[c->ntargets++];
+		memset(t, 0, sizeof(*t));
+		t->name = g_strdup(*g + 7);
+		t->exe = get_str(kf, *g, "exe");
+		t->unit = get_str(kf, *g, "unit");
+		t->cgroup = get_str(kf, *g, "cgroup");
+		t->pidfile = get_str(kf, *g, "pidfile");
+		t->executor = get_str(kf, *g, "executor");
+		t->rate = c->rate;
+		if (!t->exe && !t->unit && !t->cgroup && !t->pidfile) {
+			ret = bad(err, len, path, *g, NULL, "no way to find its processes: give exe, unit, cgroup or pidfile");
+			goto out;
+		}
+		if (t->exe && t->exe[0] != '/') {
+			ret = bad(err, len, path, *g, "exe", "'%s' is not an absolute path", t->exe);
+			goto out;
+		}
+		if (t->exe) {
+			/* matched against /proc/PID/exe, which is the real path */
+			char *real = realpath(t->exe, NULL);
+
+			if (real) {
+				g_free(t->exe);
+				t->exe = g_strdup(real);
+				free(real);
+			}
+		}
+		if (t->cgroup && t->cgroup[0] != '/') {
+			ret = bad(err, len, path, *g, "cgroup", "'%s' is not a cgroup path such as /system.slice/foo.service",
+				  t->cgroup);
+			goto out;
+		}
+		if (t->unit && (strchr(t->unit, '/') || !strchr(t->unit, '.'))) {
+			ret = bad(err, len, path, *g, "unit", "'%s' is not a unit name such as foo.service", t->unit);
+			goto out;
+		}
+		if (t->pidfile && t->pidfile[0] != '/') {
+			ret = bad(err, len, path, *g, "pidfile", "'%s' is not an absolute path", t->pidfile);
+			goto out;
+		}
+		if (t->executor && strcmp(t->executor, "auto") && strcmp(t->executor, "kernel") &&
+		    strcmp(t->executor, "ptrace") && strcmp(t->executor, "observe")) {
+			ret = bad(err, len, path, *g, "executor", "'%s' is not auto, kernel, ptrace or observe", t->executor);
+			goto out;
+		}
+		if (get_double(kf, path, *g, "rate", 0, 1, true, &t->rate, err, len) < 0 ||
+		    get_double(kf, path, *g, "budget", 0, 1e9, false, &t->budget, err, len) < 0)
+			goto out;
+		if (g_key_file_has_key(kf, *g, "malloc", NULL)) {
+			t->malloc = g_key_file_get_boolean(kf, *g, "malloc", &be);
+			if (be) {
+				ret = bad(err, len, path, *g, "malloc", "not true or false");
+				g_error_free(be);
+				goto out;
+			}
+		}
+	}
+	if (!c->ntargets) {
+		ret = bad(err, len, path, "target:NAME", NULL, "no target: name at least one [target:NAME] group");
+		goto out;
+	}
+	{
+		GString *w = g_string_new(NULL);
+
+		for (size_t i = 0; i < c->ntargets; i++) {
+			struct serve_target *t = &c->targets[i];
+			struct stat st;
+
+			if (t->exe && (stat(t->exe, &st) < 0 || !S_ISREG(st.st_mode)))
+				g_string_append_printf(w, "%s: [target:%s] exe = %s: no such executable (yet)\n", path,
+						       t->name, t->exe);
+			for (size_t j = 0; j < i; j++) {
+				struct serve_target *u = &c->targets[j];
+
+				if (!g_strcmp0(t->exe, u->exe) && !g_strcmp0(t->unit, u->unit) &&
+				    !g_strcmp0(t->cgroup, u->cgroup) && !g_strcmp0(t->pidfile, u->pidfile))
+					g_string_append_printf(w, "%s: [target:%s] matches what [target:%s] matches: "
+								  "its processes all go to %s\n",
+							       path, t->name, u->name, u->name);
+			}
+		}
+		c->warnings = w->len ? g_string_free(w, FALSE) : (g_string_free(w, TRUE), NULL);
+	}
+	ret = 0;
+out:
+	g_strfreev(groups);
+	g_key_file_free(kf);
+	if (ret < 0)
+		serve_config_free(c);
+	return ret;
+}
+
+int serve_sendf(int fd, const char *fmt, ...)
+{
+	char buf[8192];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n <= 0 || (size_t)n >= sizeof(buf))
+		return -EMSGSIZE;
+	return send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -errno : 0;
+}
+
+int serve_parse_cmd(const char *msg, size_t len, struct serve_cmd *c)
+{
+	char buf[8192];
+	char *p, *sp;
+
+	if (len >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, msg, len);
+	buf[len] = 0;
+	memset(c, 0, sizeof(*c));
+	sp = strchr(buf, ' ');
+	if (!sp || (size_t)(sp - buf) >= sizeof(c->verb))
+		return -EINVAL;
+	*sp = 0;
+	strcpy(c->verb, buf);
+	p = sp + 1;
+	if (!strcmp(c->verb, "budget")) {
+		char *end;
+
+		c->value = strtod(p, &end);
+		return end != p && !*end && c->value >= 0 ? 0 : -EINVAL;
+	}
+	if (strcmp(c->verb, "snap") && strcmp(c->verb, "trace"))
+		return -EINVAL;
+	c->id = strtoull(p, &sp, 10);
+	if (sp == p || *sp != ' ')
+		return -EINVAL;
+	p = sp + 1;
+	sp = strchr(p, ' ');
+	if (!sp)
+		return -EINVAL;
+	*sp = 0;
+	if (!strcmp(c->verb, "snap")) {
+		if (strcmp(p, "heap") && strcmp(p, "allocs") && strcmp(p, "census"))
+			return -EINVAL;
+		strcpy(c->what, p);
+	} else {
+		char *end;
+
+		c->value = strtod(p, &end);
+		if (end == p || *end || !(c->value > 0))
+			return -EINVAL;
+	}
+	p = sp + 1;
+	if (p[0] != '/' || strlen(p) >= sizeof(c->path))
+		return -EINVAL;
+	strcpy(c->path, p);
+	return 0;
+}

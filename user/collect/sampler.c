@@ -1,0 +1,788 @@
+/* sampler.c -- see sampler.h. */
+#define _GNU_SOURCE
+#include "collect/sampler.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "alloc.skel.h"
+#include "probe_write.skel.h"
+
+struct sampler {
+	struct alloc_bpf *skel;
+	struct ring_buffer *rb;
+	struct bpf_link *links[OCAML_PROBE__COUNT];
+	struct bpf_link *mlinks[2 * CH_MFN__COUNT]; /* --malloc: return probes, then entry probes */
+	bool malloc_on;
+	struct malloc_probes mp;
+	struct bpf_link *exec_link;
+	sampler_event_fn fn;
+	void *ctx;
+	double rate;
+	enum ch_executor executor;
+	bool minor_from_memprof;
+	bool census;
+	uint32_t max_tracked;     /* major_tracked entries (census) */
+	struct ch_proc last_proc; /* the process's state when sampling stopped */
+	bool last_proc_valid;
+	pid_t last_pid;
+	int holder_fd;          /* write end of the holder's pipe, or -1 */
+};
+
+/* splitmix64: seeds and stratum jitter; quality is ample for this. */
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+void sampler_fill_geom_pool(uint64_t *pool, size_t n, double rate, uint64_t seed)
+{
+	double l1m = log1p(-rate); /* log(1 - lambda) < 0 */
+
+	for (size_t i = 0; i < n; i++) {
+		/* u in the i-th stratum of (0,1), never 0 */
+		double jitter = ((splitmix64(&seed) >> 11) + 0.5) * 0x1.0p-53;
+		double u = ((double)i + jitter) / (double)n;
+		double g;
+
+		if (rate >= 1.0) {
+			pool[i] = 1;
+			continue;
+		}
+		g = 1.0 + floor(log(u) / l1m);
+		if (!(g >= 1.0))
+			g = 1.0;
+		if (g > 0x1.0p62)
+			g = 0x1.0p62;
+		pool[i] = (uint64_t)g;
+	}
+}
+
+static int ring_event(void *ctx, void *data, size_t size)
+{
+	struct sampler *s = ctx;
+
+	/* sample events and notes, or fate records (struct ch_fate_event,
+	 * whose kind sits at the same offset) */
+	if (size >= CH_EVENT_HEADER_BYTES ||
+	    (size == sizeof(struct ch_fate_event) && ((const struct ch_fate_event *)data)->kind >= CH_FATE_PROMOTE))
+		s->fn(s->ctx, data, size);
+	return 0;
+}
+
+static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	if (level == LIBBPF_WARN && getenv("CAMLHEAP_DEBUG"))
+		return vfprintf(stderr, fmt, ap);
+	if (level == LIBBPF_DEBUG && getenv("CAMLHEAP_DEBUG"))
+		return vfprintf(stderr, fmt, ap);
+	return 0;
+}
+
+static int fill_frametable(int fd, const struct frametable *ft, uint64_t bias)
+{
+	size_t batch = 4096;
+	struct ch_frame_key *keys = calloc(batch, sizeof(*keys));
+	struct ch_frame_val *vals = calloc(batch, sizeof(*vals));
+	int ret = 0;
+
+	if (!keys || !vals) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < ft->count; i += batch) {
+		__u32 n = 0;
+
+		for (size_t j = i; j < ft->count && j < i + batch; j++, n++) {
+			keys[n].retaddr = ft->descrs[j].retaddr + bias;
+			vals[n].frame_size = ft->descrs[j].frame_size;
+		}
+		if (bpf_map_update_batch(fd, keys, vals, &n, NULL) < 0) {
+			ret = -errno;
+			goto out;
+		}
+	}
+out:
+	free(keys);
+	free(vals);
+	return ret;
+}
+
+static int fill_geom_pool(struct sampler *s, double rate)
+{
+	int fd = bpf_map__fd(s->skel->maps.geom_pool);
+	uint64_t *pool = calloc(CH_GEOM_POOL_SIZE, sizeof(*pool));
+	__u32 *keys = calloc(CH_GEOM_POOL_SIZE, sizeof(*keys));
+	uint64_t seed = 0;
+	__u32 n = CH_GEOM_POOL_SIZE;
+	int ret = 0;
+
+	if (!pool || !keys) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (getentropy(&seed, sizeof(seed)) < 0)
+		seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL;
+	sampler_fill_geom_pool(pool, CH_GEOM_POOL_SIZE, rate, seed);
+	for (__u32 i = 0; i < CH_GEOM_POOL_SIZE; i++)
+		keys[i] = i;
+	if (bpf_map_update_batch(fd, keys, pool, &n, NULL) < 0)
+		ret = -errno;
+out:
+	free(pool);
+	free(keys);
+	return ret;
+}
+
+uint32_t sampler_young_capacity(double rate)
+{
+	/* samples in one minor heap of up to 8 Mwords (64 MiB, 32x the
+	 * default), plus ten standard deviations; never more than blocks fit
+	 * in it (two words each at least) */
+	double mean = rate * 8388608.0, cap = mean + 10.0 * sqrt(mean) + 4096.0;
+
+	return cap > 1048576.0 ? 1048576u : (uint32_t)cap;
+}
+
+int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, sampler_event_fn fn, void *ctx,
+		 struct sampler **out, char *err, size_t errlen)
+{
+	struct sampler *s = calloc(1, sizeof(*s));
+	int ret;
+
+	if (!s)
+		return -ENOMEM;
+	s->fn = fn;
+	s->ctx = ctx;
+	s->holder_fd = -1;
+	s->rate = cfg->rate;
+	s->executor = cfg->executor;
+	s->minor_from_memprof = cfg->minor_from_memprof;
+	s->census = cfg->census;
+	if (cfg->malloc) {
+		s->malloc_on = true;
+		s->mp = *cfg->malloc;
+	}
+	s->max_tracked = cfg->census ? cfg->max_tracked : 1;
+	libbpf_set_print(libbpf_quiet);
+
+	s->skel = alloc_bpf__open();
+	if (!s->skel) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot open the BPF object: %s", strerror(-ret));
+		goto fail;
+	}
+	s->skel->rodata->max_frames = cfg->max_frames;
+	s->skel->rodata->executor = cfg->executor;
+	s->skel->rodata->tracer_tgid = (__u32)cfg->tracer_tgid;
+	bpf_map__set_max_entries(s->skel->maps.frametable, ft->count ? ft->count : 1);
+	bpf_map__set_max_entries(s->skel->maps.events, cfg->ringbuf_bytes);
+	bpf_map__set_max_entries(s->skel->maps.young_tracked, cfg->census ? sampler_young_capacity(cfg->rate) : 1);
+	bpf_map__set_max_entries(s->skel->maps.major_tracked, cfg->census ? cfg->max_tracked : 1);
+	bpf_map__set_max_entries(s->skel->maps.young5, cfg->census ? sampler_young_capacity(cfg->rate) : 1);
+	bpf_map__set_max_entries(s->skel->maps.malloc_live, cfg->census && cfg->malloc ? cfg->max_tracked : 1);
+	ret = alloc_bpf__load(s->skel);
+	if (ret) {
+		ret = ret < 0 ? ret : -errno;
+		if (ret == -ENOMEM)
+			snprintf(err, errlen,
+				 "not enough kernel memory for the BPF maps (%s); --max-tracked N takes 48 bytes "
+				 "a block: lower it",
+				 strerror(-ret));
+		else if (ret == -EPERM)
+			snprintf(err, errlen,
+				 "the kernel refused to load the BPF programs (%s): camlheap needs CAP_BPF "
+				 "and CAP_PERFMON (or root)",
+				 strerror(-ret));
+		else
+			snprintf(err, errlen,
+				 "cannot load the BPF programs: %s (the verifier refused them, or the kernel "
+				 "is older than 5.17 or lacks BTF; CAMLHEAP_DEBUG=1 prints the verifier log)",
+				 strerror(-ret));
+		goto fail;
+	}
+	ret = fill_frametable(bpf_map__fd(s->skel->maps.frametable), ft, 0);
+	if (ret) {
+		snprintf(err, errlen, "cannot fill the frame-table map (%zu descriptors): %s", ft->count,
+			 strerror(-ret));
+		goto fail;
+	}
+	ret = fill_geom_pool(s, cfg->rate);
+	if (ret) {
+		snprintf(err, errlen, "cannot fill the geometric pool: %s", strerror(-ret));
+		goto fail;
+	}
+	s->rb = ring_buffer__new(bpf_map__fd(s->skel->maps.events), ring_event, s, NULL);
+	if (!s->rb) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot open the ring buffer: %s", strerror(-ret));
+		goto fail;
+	}
+	*out = s;
+	return 0;
+fail:
+	sampler_close(s);
+	return ret;
+}
+
+int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
+		   const char *exe, const char *exe_name, char *err, size_t errlen)
+{
+	struct bpf_program *progs[OCAML_PROBE__COUNT] = {
+		[OCAML_PROBE_TRACK_ALLOC_SHR] = s->skel->progs.on_track_alloc_shr,
+		[OCAML_PROBE_TRACK_CUSTOM] = s->skel->progs.on_track_custom,
+		[OCAML_PROBE_TRACK_INTERNED] = s->skel->progs.on_track_interned,
+		[OCAML_PROBE_REGISTER_FRAMETABLE] = s->skel->progs.on_register_frametable,
+		[OCAML_PROBE_DISPATCH] = s->skel->progs.on_dispatch,
+		[OCAML_PROBE_DISPATCH_RET] = s->skel->progs.on_dispatch_ret,
+		[OCAML_PROBE_REARM_UPDATE] = s->skel->progs.on_rearm_update,
+		[OCAML_PROBE_REARM_PENDING] = s->skel->progs.on_rearm_pending,
+		[OCAML_PROBE_TRACK_YOUNG] = s->skel->progs.on_track_young,
+		[OCAML_PROBE_MINOR_UPDATE] = s->skel->progs.on_minor_update,
+		[OCAML_PROBE_CLEAN_PHASE] = s->skel->progs.on_clean_phase,
+		[OCAML_PROBE_COMPACTION] = s->skel->progs.on_compaction,
+		[OCAML_PROBE_SAMPLE_BLOCK] = s->skel->progs.on_sample_block,
+		[OCAML_PROBE_ALLOC_SHR_RET] = s->skel->progs.on_alloc_shr_ret,
+		[OCAML_PROBE_ALLOC_SHR_RESERVED_RET] = s->skel->progs.on_alloc_shr_ret,
+		[OCAML_PROBE_ALLOC_SHR_NOEXC_RET] = s->skel->progs.on_alloc_shr_ret,
+		[OCAML_PROBE_CUSTOM_MEM] = s->skel->progs.on_custom_mem,
+		[OCAML_PROBE_CUSTOM_MEM_RET] = s->skel->progs.on_custom_mem_ret,
+		[OCAML_PROBE_BA_ALLOC_RET] = s->skel->progs.on_ba_alloc_ret,
+		[OCAML_PROBE_BA_ALLOC] = s->skel->progs.on_ba_alloc,
+		[OCAML_PROBE_MAPPED_ALLOC_RET] = s->skel->progs.on_ba_alloc_ret,
+		[OCAML_PROBE_MAPPED_ALLOC] = s->skel->progs.on_mapped_alloc,
+		[OCAML_PROBE_DISPATCH5] = s->skel->progs.on_dispatch5,
+		[OCAML_PROBE_DISPATCH5_RET] = s->skel->progs.on_dispatch5_ret,
+		[OCAML_PROBE_RESET_LIMIT] = s->skel->progs.on_reset_young_limit,
+		[OCAML_PROBE_RESET_LIMIT_RET] = s->skel->progs.on_reset_young_limit_ret,
+		[OCAML_PROBE_REGISTER_FRAMETABLES] = s->skel->progs.on_register_frametables,
+		[OCAML_PROBE_SAMPLE_YOUNG5] = s->skel->progs.on_sample_young5,
+		[OCAML_PROBE_MINOR5] = s->skel->progs.on_minor5,
+		[OCAML_PROBE_CYCLE5] = s->skel->progs.on_cycle5,
+		[OCAML_PROBE_COMPACT5] = s->skel->progs.on_compaction5,
+	};
+	struct ch_proc proc = {
+		.load_bias = load_bias,
+		.caml_state_sym = rt->caml_state_sym,
+		.young_limit_off = rt->young_limit_off,
+		.young_ptr_off = rt->young_ptr_off,
+		.something_to_do_sym = rt->something_to_do_sym,
+		.memprof_trigger_sym = rt->memprof_trigger_sym,
+		.final_todo_sym = rt->final_todo_sym,
+		.minor_on = rt->minor_ok && s->executor != CH_EXEC_OBSERVE,
+		.minor_observe = rt->minor_ok && s->executor == CH_EXEC_OBSERVE && s->minor_from_memprof,
+		.census_on = rt->census_ok && s->census,
+		.ocaml5 = rt->major == 5,
+		.first_frame = rt->frame_pointers ? 16 : 8,
+		.tls_state_off = rt->tls_state_off,
+		.minor_count_sym = rt->minor_count_sym,
+		.major_count_sym = rt->major_count_sym,
+		.compact_count_sym = rt->compact_count_sym,
+		.dom_id_off = rt->dom_id_off,
+		.memprof_trig_off = rt->memprof_trig_off,
+		.heap_state_sym = rt->heap_state_sym,
+		.major_cap = s->max_tracked,
+		.ba_ops_sym = rt->ba_ops_sym,
+	};
+	struct bpf_program *mprogs[CH_MFN__COUNT] = {
+		[CH_MFN_MALLOC] = s->skel->progs.on_malloc,
+		[CH_MFN_CALLOC] = s->skel->progs.on_calloc,
+		[CH_MFN_REALLOC] = s->skel->progs.on_realloc,
+		[CH_MFN_POSIX_MEMALIGN] = s->skel->progs.on_posix_memalign,
+		[CH_MFN_ALIGNED_ALLOC] = s->skel->progs.on_aligned_alloc,
+		[CH_MFN_MEMALIGN] = s->skel->progs.on_memalign,
+		[CH_MFN_MMAP] = s->skel->progs.on_mmap,
+		[CH_MFN_FREE] = s->skel->progs.on_free,
+		[CH_MFN_MUNMAP] = s->skel->progs.on_free,
+	};
+	int order[OCAML_PROBE__COUNT], norder = 0;
+	__u32 key = pid;
+	uint64_t first, seed = 0;
+
+	/* next_sample_words is the 0-based index of the next sampled word, so
+	 * it starts at rand_geom() - 1 (memprof.c does the same); a
+	 * one-stratum pool is one plain draw. */
+	if (getentropy(&seed, sizeof(seed)) < 0)
+		seed = (uint64_t)pid;
+	sampler_fill_geom_pool(&first, 1, s->rate, seed);
+	proc.next_sample_words = (__s64)first - 1;
+	if (s->malloc_on) {
+		for (unsigned i = 0; i < s->mp.n_rt_mem; i++) {
+			proc.rt_mem_lo[i] = s->mp.rt_mem_lo[i];
+			proc.rt_mem_hi[i] = s->mp.rt_mem_hi[i];
+		}
+		if (s->mp.mmap_vaddr) {
+			proc.libc_mmap_vaddr = s->mp.mmap_vaddr;
+			proc.libc_text_lo = s->mp.libc_text_lo;
+			proc.libc_text_hi = s->mp.libc_text_hi;
+		}
+	}
+	if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.procs), &key, &proc, BPF_ANY) < 0) {
+		snprintf(err, errlen, "cannot register PID %d with the sampler: %s", pid, strerror(errno));
+		return -errno;
+	}
+	s->exec_link = bpf_program__attach(s->skel->progs.on_exec);
+	if (!s->exec_link) {
+		int e = errno;
+
+		snprintf(err, errlen, "cannot attach to the sched_process_exec tracepoint: %s", strerror(e));
+		return -e;
+	}
+	/* The collection hooks first: a block is followed only once every
+	 * collection it can meet is seen (a compaction or minor collection
+	 * missed while attaching would leave its address meaningless). */
+	for (int i = OCAML_PROBE_MINOR_UPDATE; i <= OCAML_PROBE_COMPACTION; i++)
+		order[norder++] = i;
+	for (int i = OCAML_PROBE_MINOR5; i <= OCAML_PROBE_COMPACT5; i++)
+		order[norder++] = i;
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
+		if ((i < OCAML_PROBE_MINOR_UPDATE || i > OCAML_PROBE_COMPACTION) &&
+		    (i < OCAML_PROBE_MINOR5 || i > OCAML_PROBE_COMPACT5))
+			order[norder++] = i;
+	/* a uretprobe's return half must be in place before its entry half
+	 * can fire (CUSTOM_MEM keeps state for CUSTOM_MEM_RET): returns last
+	 * is wrong, entries last is right */
+	for (int a = 0; a < norder; a++)
+		if (order[a] == OCAML_PROBE_CUSTOM_MEM) {
+			for (int b = a; b + 1 < norder; b++)
+				order[b] = order[b + 1];
+			order[norder - 1] = OCAML_PROBE_CUSTOM_MEM;
+			break;
+		}
+	for (int k = 0; k < norder; k++) {
+		int i = order[k];
+		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = rt->probes[i].retprobe);
+
+		if (!rt->probes[i].present)
+			continue;
+		if (i >= OCAML_PROBE_DISPATCH && i <= OCAML_PROBE_REARM_PENDING && !proc.minor_on)
+			continue;
+		if ((i == OCAML_PROBE_TRACK_YOUNG || i == OCAML_PROBE_SAMPLE_YOUNG5) && !proc.minor_observe)
+			continue;
+		if (i >= OCAML_PROBE_DISPATCH5 && i <= OCAML_PROBE_RESET_LIMIT && !proc.minor_on)
+			continue;
+		if (((i >= OCAML_PROBE_MINOR_UPDATE && i <= OCAML_PROBE_COMPACTION) ||
+		     (i >= OCAML_PROBE_MINOR5 && i <= OCAML_PROBE_COMPACT5)) && !proc.census_on)
+			continue;
+		s->links[i] = bpf_program__attach_uprobe_opts(progs[i], pid, exe, rt->probes[i].file_offset, &opts);
+		if (!s->links[i]) {
+			int e = errno;
+
+			snprintf(err, errlen, "cannot attach a uprobe to %s (%s at file offset 0x%llx): %s%s",
+				 exe_name, rt->probes[i].symbol, (unsigned long long)rt->probes[i].file_offset,
+				 strerror(e),
+				 e == EPERM || e == EACCES ? " (needs CAP_PERFMON and CAP_SYS_ADMIN or root)" : "");
+			sampler_detach(s);
+			return -e;
+		}
+		/* test knob: a slow attach (a loaded machine) made on purpose */
+		if (getenv("CAMLHEAP_ATTACH_DELAY_MS"))
+			usleep((useconds_t)atoi(getenv("CAMLHEAP_ATTACH_DELAY_MS")) * 1000);
+	}
+	/* --malloc: every return probe before any entry probe, so that a
+	 * pending call always meets its return */
+	for (unsigned k = 0; s->malloc_on && k < 2 * CH_MFN__COUNT; k++) {
+		unsigned f = k % CH_MFN__COUNT;
+		bool ret = k < CH_MFN__COUNT;
+		const struct malloc_probe *mp = &s->mp.fn[f];
+		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = ret);
+
+		if (!mp->present || (ret && f >= CH_MFN__ALLOCS))
+			continue;
+		s->mlinks[k] = bpf_program__attach_uprobe_opts(ret ? s->skel->progs.on_malloc_ret : mprogs[f], pid,
+								s->mp.path, ret ? mp->ret_offset : mp->file_offset, &opts);
+		if (!s->mlinks[k]) {
+			int e = errno;
+
+			snprintf(err, errlen, "--malloc: cannot attach a uprobe to %s (%s at file offset 0x%llx): %s",
+				 s->mp.shown, mp->symbol,
+				 (unsigned long long)(ret ? mp->ret_offset : mp->file_offset), strerror(e));
+			sampler_detach(s);
+			return -e;
+		}
+	}
+	return 0;
+}
+
+int sampler_kernel_write_allowed(void)
+{
+	struct probe_write_bpf *skel;
+	int ret;
+
+	libbpf_set_print(libbpf_quiet);
+	skel = probe_write_bpf__open();
+	if (!skel)
+		return -errno;
+	ret = probe_write_bpf__load(skel);
+	probe_write_bpf__destroy(skel);
+	if (ret == 0)
+		return 1;
+	/* lockdown: "cannot use helper bpf_probe_write_user" (EINVAL) */
+	return ret == -EPERM ? -EPERM : 0;
+}
+
+int sampler_write_req_fd(const struct sampler *s)
+{
+	return bpf_map__fd(s->skel->maps.write_req);
+}
+
+int sampler_add_runtime_frames(struct sampler *s, const struct frametable *ft, uint64_t bias)
+{
+	return fill_frametable(bpf_map__fd(s->skel->maps.frametable_rt), ft, bias);
+}
+
+int sampler_stop_sampling(struct sampler *s, pid_t pid)
+{
+	__u32 key = (__u32)pid;
+	int fd = bpf_map__fd(s->skel->maps.procs);
+
+	/* its last state (the tracking arrays' fill) for sampler_drain_fates */
+	if (bpf_map_lookup_and_delete_elem(fd, &key, &s->last_proc) == 0) {
+		s->last_proc_valid = true;
+		s->last_pid = pid;
+		return 0;
+	}
+	return bpf_map_delete_elem(fd, &key) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+int sampler_drain_fates(struct sampler *s)
+{
+	int fd = bpf_map__fd(s->skel->maps.major_tracked), n = 0;
+
+	if (!s->last_proc_valid)
+		return 0;
+	for (__u32 i = 0; i < s->last_proc.major_n; i++) {
+		struct ch_tracked e;
+		struct ch_fate_event f;
+
+		if (bpf_map_lookup_elem(fd, &i, &e) < 0 || e.tgid != (__u32)s->last_pid)
+			continue;
+		memset(&f, 0, sizeof(f));
+		f.sample_id = e.sample_id;
+		f.time_ns = e.fate_ns;
+		f.block_addr = e.addr;
+		f.minor_gcs = e.minor_gcs;
+		f.major_gcs = e.major_gcs;
+		f.tgid = e.tgid;
+		if (e.state & CH_TRK_PEND_PROMOTE) {
+			f.kind = CH_FATE_PROMOTE;
+			s->fn(s->ctx, (const struct ch_sample_event *)&f, sizeof(f));
+			n++;
+		}
+		if (e.state & CH_TRK_PEND_FATE) {
+			f.kind = (__u8)(e.state >> CH_TRK_FATE_SHIFT);
+			s->fn(s->ctx, (const struct ch_sample_event *)&f, sizeof(f));
+			n++;
+		}
+	}
+	{
+		/* the last clean-phase note may have been lost too */
+		struct ch_fate_event f;
+
+		memset(&f, 0, sizeof(f));
+		f.kind = CH_NOTE_MAJOR_CLEAN;
+		f.tgid = (__u32)s->last_pid;
+		f.clean_phases = s->last_proc.clean_phases;
+		s->fn(s->ctx, (const struct ch_sample_event *)&f, sizeof(f));
+	}
+	s->last_proc_valid = false;
+	return n;
+}
+
+/* Close every descriptor of this process whose /proc/self/fd link does
+ * (close_matching) or does not (!close_matching) start with `prefix`,
+ * except `keep`. */
+static void close_fds_by_link(const char *prefix, bool close_matching, int keep)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	while (d && (e = readdir(d))) {
+		char path[64], what[64];
+		int fd = atoi(e->d_name);
+		ssize_t n;
+
+		if (e->d_name[0] == '.' || fd == dirfd(d) || fd == keep)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n = readlink(path, what, sizeof(what) - 1);
+		what[n > 0 ? n : 0] = '\0';
+		if ((strncmp(what, prefix, strlen(prefix)) == 0) == close_matching)
+			close(fd);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* Wait up to 0.5 s until the map of young_trigger loans (bpf/minor5.bpf.h
+ * trig_loans, fd `fd`) is empty: every lent value given back.  Returns the
+ * loans still out. */
+static int wait_loans_returned(int fd)
+{
+	int n = 0;
+
+	for (int tries = 0; tries < 500; tries++) {
+		__u32 key, next, *prev = NULL;
+
+		n = 0;
+		while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+			n++;
+			key = next;
+			prev = &key;
+		}
+		if (!n)
+			break;
+		usleep(1000);
+	}
+	return n;
+}
+
+/* The holder: blocks until every write end of its pipe is closed (camlheap
+ * detached, or died), then exits, releasing the inherited links.  With the
+ * kernel executor on OCaml 5, `lend_link` (the caml_reset_young_limit entry
+ * link) goes first, and the holder waits up to 0.5 s for the loans in
+ * `loans_fd` to be given back before the return probe goes with the rest
+ * (bpf/minor5.bpf.h); both are -1 otherwise. */
+static void holder_main(int rd, int lend_link, int loans_fd)
+{
+	char c;
+	sigset_t all;
+	int devnull;
+
+	/* keep only the BPF objects and the pipe: not camlheap's stdout or
+	 * stderr (a reader waiting for their EOF would wait for the holder),
+	 * nor its files */
+	close_fds_by_link("anon_inode:bpf", false, rd);
+	devnull = open("/dev/null", O_RDWR);
+	if (devnull >= 0) {
+		dup2(devnull, 0);
+		dup2(devnull, 1);
+		dup2(devnull, 2);
+		if (devnull > 2)
+			close(devnull);
+	}
+
+	/* Ctrl-C to the terminal's group must not release the probes
+	 * before camlheap has stopped sampling */
+	setsid();
+	sigfillset(&all);
+	sigdelset(&all, SIGKILL);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	while (read(rd, &c, 1) < 0 && errno == EINTR)
+		;
+	if (lend_link >= 0) {
+		close(lend_link);
+		wait_loans_returned(loans_fd);
+	}
+	_exit(0);
+}
+
+static void drop_link(struct bpf_link **link)
+{
+	int fd;
+
+	if (!*link)
+		return;
+	fd = bpf_link__fd(*link);
+	bpf_link__disconnect(*link);
+	bpf_link__destroy(*link);
+	if (fd >= 0)
+		close(fd);
+	*link = NULL;
+}
+
+
+int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
+{
+	int fds[2], status, lend_link = -1, loans_fd = -1;
+	pid_t mid;
+
+	if (s->executor == CH_EXEC_KERNEL && s->links[OCAML_PROBE_RESET_LIMIT]) {
+		lend_link = bpf_link__fd(s->links[OCAML_PROBE_RESET_LIMIT]);
+		loans_fd = bpf_map__fd(s->skel->maps.trig_loans);
+	}
+
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		return -errno;
+	}
+	mid = fork();
+	if (mid < 0) {
+		int e = errno;
+
+		close(fds[0]);
+		close(fds[1]);
+		snprintf(err, errlen, "fork: %s", strerror(e));
+		return -e;
+	}
+	if (mid == 0) {
+		/* a grandchild: never camlheap's child, so neither camlheap's
+		 * waits nor its tracer thread ever see it */
+		pid_t h = fork();
+
+		if (h == 0) {
+			close(fds[1]);
+			holder_main(fds[0], lend_link, loans_fd);
+		}
+		_exit(h < 0 ? 1 : 0);
+	}
+	close(fds[0]);
+	if (waitpid(mid, &status, 0) == mid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+		close(fds[1]);
+		snprintf(err, errlen, "cannot start the probe holder process");
+		return -ECHILD;
+	}
+	/* the holder's copies keep the probes attached; ours go: a
+	 * disconnected libbpf link leaves its descriptors open, so close the
+	 * link's, and the perf events under the uprobe links (libbpf does not
+	 * expose those; camlheap opens no other perf event) */
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
+		drop_link(&s->links[i]);
+	for (int i = 0; i < 2 * CH_MFN__COUNT; i++)
+		drop_link(&s->mlinks[i]);
+	drop_link(&s->exec_link);
+	close_fds_by_link("anon_inode:[perf_event]", true, -1);
+	s->holder_fd = fds[1];
+	return 0;
+}
+
+int sampler_detach(struct sampler *s)
+{
+	int left = 0;
+
+	if (s->executor == CH_EXEC_KERNEL && s->links[OCAML_PROBE_RESET_LIMIT]) {
+		/* no new loan, then every loan given back by the return probe
+		 * before it goes (a thread stopped inside the call for longer
+		 * than this keeps its loan: harmless, see minor5.bpf.h) */
+		bpf_link__destroy(s->links[OCAML_PROBE_RESET_LIMIT]);
+		s->links[OCAML_PROBE_RESET_LIMIT] = NULL;
+		left = wait_loans_returned(bpf_map__fd(s->skel->maps.trig_loans));
+	}
+	/* --malloc: entry probes first, so that no call starts that a
+	 * return probe would have to end */
+	for (int i = 2 * CH_MFN__COUNT; i-- > 0;) {
+		bpf_link__destroy(s->mlinks[i]);
+		s->mlinks[i] = NULL;
+	}
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
+		bpf_link__destroy(s->links[i]);
+		s->links[i] = NULL;
+	}
+	bpf_link__destroy(s->exec_link);
+	s->exec_link = NULL;
+	if (s->holder_fd >= 0) {
+		close(s->holder_fd);
+		s->holder_fd = -1;
+	}
+	return left;
+}
+
+size_t sampler_domain_states(const struct sampler *s, pid_t pid, uint64_t *out, size_t max)
+{
+	int fd = bpf_map__fd(s->skel->maps.domains);
+	struct ch_domain_key key, next, *prev = NULL;
+	size_t n = 0;
+
+	while (n < max && bpf_map_get_next_key(fd, prev, &next) == 0) {
+		if (next.tgid == (__u32)pid)
+			out[n++] = next.dom_state;
+		key = next;
+		prev = &key;
+	}
+	return n;
+}
+
+int sampler_ring_fd(const struct sampler *s)
+{
+	return ring_buffer__epoll_fd(s->rb);
+}
+
+int sampler_consume(struct sampler *s)
+{
+	return ring_buffer__consume(s->rb);
+}
+
+void sampler_counters(const struct sampler *s, uint64_t out[CH_CNT__COUNT])
+{
+	int ncpu = libbpf_num_possible_cpus();
+	int fd = bpf_map__fd(s->skel->maps.counters);
+	uint64_t *vals;
+
+	memset(out, 0, sizeof(uint64_t) * CH_CNT__COUNT);
+	if (ncpu <= 0 || !(vals = calloc(ncpu, sizeof(*vals))))
+		return;
+	for (__u32 k = 0; k < CH_CNT__COUNT; k++) {
+		if (bpf_map_lookup_elem(fd, &k, vals) < 0)
+			continue;
+		for (int c = 0; c < ncpu; c++)
+			out[k] += vals[c];
+	}
+	free(vals);
+}
+
+void sampler_close(struct sampler *s)
+{
+	if (!s)
+		return;
+	sampler_detach(s);
+	ring_buffer__free(s->rb);
+	alloc_bpf__destroy(s->skel);
+	free(s);
+}
+
+void sampler_custom_name(const struct sampler *s, uint64_t ops, char *name, size_t len)
+{
+	struct ch_custom_name n;
+	__u64 key = ops;
+
+	name[0] = '\0';
+	if (len && bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.custom_names), &key, &n) == 0) {
+		n.name[sizeof(n.name) - 1] = '\0';
+		snprintf(name, len, "%s", n.name);
+	}
+}
+
+int sampler_set_rate_shift(struct sampler *s, unsigned shift)
+{
+	if (!s || !s->skel || !s->skel->bss)
+		return -EINVAL;
+	if (shift > CH_MAX_RATE_SHIFT)
+		return -ERANGE;
+	__atomic_store_n(&s->skel->bss->rate_shift, shift, __ATOMIC_RELAXED);
+	return 0;
+}
+
+uint64_t sampler_bpf_run_ns(const struct sampler *s)
+{
+	struct bpf_program *prog;
+	uint64_t sum = 0;
+
+	if (!s || !s->skel)
+		return 0;
+	bpf_object__for_each_program(prog, s->skel->obj) {
+		struct bpf_prog_info info;
+		__u32 len = sizeof(info);
+		int fd = bpf_program__fd(prog);
+
+		memset(&info, 0, sizeof(info));
+		if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0)
+			sum += info.run_time_ns;
+	}
+	return sum;
+}

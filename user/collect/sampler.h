@@ -1,0 +1,154 @@
+/* sampler.h -- load the BPF sampler (bpf/alloc.bpf.c), give it the
+ * executable's frame table and the geometric-draw pool, attach its uprobes
+ * to one process, and hand sample events to a callback.
+ */
+#ifndef CH_SAMPLER_H
+#define CH_SAMPLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "camlheap.h"
+#include "target/frametable.h"
+#include "target/ocaml_runtime.h"
+#include "collect/malloc_probes.h"
+
+struct sampler_config {
+	double rate;            /* lambda: samples per allocated word, 0 < rate <= 1 */
+	unsigned max_frames;    /* stack walk depth, 1..CH_MAX_FRAMES */
+	size_t ringbuf_bytes;   /* power of two >= 4096 */
+	enum ch_executor executor; /* who writes young_limit for the minor heap (observe: nobody) */
+	pid_t tracer_tgid;      /* ptrace executor: camlheap's own PID (the BPF guard checks the tracer) */
+	bool minor_from_memprof; /* observe: the program runs Gc.Memprof at `rate`; take its minor samples */
+	bool census;            /* follow sampled blocks to their death (fate events) */
+	uint32_t max_tracked;   /* census: sampled blocks followed in the major heap at once (>= 1) */
+	const struct malloc_probes *malloc; /* --malloc: the libc probes to attach too (copied), or NULL */
+};
+
+/* Entries of the kernel's young set for `rate`: enough for the samples of
+ * a minor heap of 8 Mwords (32 times OCaml's default) with ten standard
+ * deviations to spare; at most 1 Mi (48 MiB).  A sample beyond it is reported as
+ * not followed (CH_CNT_TRACK_FULL). */
+uint32_t sampler_young_capacity(double rate);
+
+/* Called for each event; `size` bytes are valid (frames only if has_frames).
+ * A record whose kind is CH_FATE_* or CH_NOTE_MAJOR_CLEAN is a struct
+ * ch_fate_event of sizeof(struct ch_fate_event) bytes. */
+typedef void (*sampler_event_fn)(void *ctx, const struct ch_sample_event *ev, size_t size);
+
+struct sampler;
+
+/* Open and load the BPF object, fill the `frametable` map with every
+ * descriptor of `ft` (link-time retaddr -> frame size) and the geometric
+ * pool for cfg->rate.  Returns 0, or a negative errno with a message in err
+ * (-EPERM: missing CAP_BPF/CAP_PERFMON, say so). */
+int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, sampler_event_fn fn, void *ctx,
+		 struct sampler **out, char *err, size_t errlen);
+
+/* Register `pid` (a tgid) with its load bias (the minor heap is sampled if
+ * `rt` has the minor probes and the executor is not observe), then attach
+ * every planned probe of `rt` to the executable at `exe` (a path, e.g. "/proc/PID/exe"),
+ * and with cfg->malloc the libc probes (bpf/malloc.bpf.h; return probes
+ * before entry probes),
+ * filtered to that process (`exe_name` is what messages call it), and the exec tracepoint (an exec ends the
+ * process's sampling: CH_NOTE_EXEC).  Returns 0, or a negative errno with a
+ * message. */
+int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
+		   const char *exe, const char *exe_name, char *err, size_t errlen);
+
+/* Can this kernel run BPF programs that call bpf_probe_write_user?  Loads
+ * a tiny uprobe program that does (bpf/probe_write.bpf.c) and unloads it.
+ * False under kernel lockdown (Secure Boot), which refuses the helper.
+ * Returns 1, 0, or a negative errno if BPF itself cannot be loaded. */
+int sampler_kernel_write_allowed(void);
+
+/* fd of the `write_req` map (tid -> struct ch_write_req) that the ptrace
+ * executor drains. */
+int sampler_write_req_fd(const struct sampler *s);
+
+/* Add the descriptors of a plugin mapped with load bias `bias` to the
+ * unwinder's runtime-address map.  Returns 0 or -errno. */
+int sampler_add_runtime_frames(struct sampler *s, const struct frametable *ft, uint64_t bias);
+
+/* Stop sampling `pid` at once: its entry in the kernel's process map is
+ * removed, so every probe that still fires returns at its first
+ * instruction (no sample, no write request).  The recording window ends
+ * here, not when the uprobes are released, which takes the kernel ~0.1 s a
+ * link.  Returns 0 or -errno. */
+int sampler_stop_sampling(struct sampler *s, pid_t pid);
+
+/* After sampler_stop_sampling and sampler_consume: hand the callback the
+ * fate events the kernel still held because the ring buffer was full when
+ * they happened (promotions and deaths kept in the major tracking array),
+ * in the order they would have been sent.  Returns how many. */
+int sampler_drain_fates(struct sampler *s);
+
+/* Give the uprobe links to a holder process and drop camlheap's own
+ * handles: the holder (camlheap's grandchild, reparented away) keeps the
+ * probes attached until camlheap closes its end of a pipe or dies, then
+ * exits, and the kernel releases them as it does (~1 s for all).  So
+ * neither camlheap's exit nor its death waits for that release, and a
+ * camlheap killed with -9 is no longer the target's tracer while the links
+ * are being released (its threads would sit in their ptrace stops
+ * meanwhile, ptrace-e2e-4.13.md §3).  Returns 0, or -errno (the links
+ * then stay with camlheap). */
+int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen);
+
+/* Detach every uprobe (the target runs on untouched); events already in the
+ * ring buffer can still be consumed.  After sampler_hand_off_links, this
+ * lets the holder go: the probes are released shortly after, in the
+ * background (call sampler_stop_sampling first).  With the kernel executor
+ * on OCaml 5, the caml_reset_young_limit entry probe goes first and its
+ * return probe waits (up to 0.5 s) until every young_trigger lent to a
+ * running call is given back (bpf/minor5.bpf.h).  Returns the number of
+ * loans still out then (threads stopped inside that call; harmless: at
+ * worst one early major slice each), 0 normally. */
+int sampler_detach(struct sampler *s);
+
+/* The identifier of the custom operations at runtime address `ops` in the
+ * target (runtime/caml/custom.h: struct custom_operations starts with it),
+ * as the BPF side read it when it first sampled a block of that type; ""
+ * if never seen or unreadable.  Writes at most `len` bytes into `name`. */
+void sampler_custom_name(const struct sampler *s, uint64_t ops, char *name, size_t len);
+
+/* OCaml 5: the runtime addresses of the domain states of process `pid`
+ * that the BPF side has seen allocate (map `domains`), at most `max` into
+ * out.  Returns how many. */
+size_t sampler_domain_states(const struct sampler *s, pid_t pid, uint64_t *out, size_t max);
+
+/* fd that becomes readable when the ring buffer wakes its reader (epoll fd). */
+int sampler_ring_fd(const struct sampler *s);
+
+/* Hand every pending event to the callback.  Returns events consumed or a
+ * negative errno. */
+int sampler_consume(struct sampler *s);
+
+/* Sum the per-CPU counters into out[CH_CNT__COUNT]. */
+void sampler_counters(const struct sampler *s, uint64_t out[CH_CNT__COUNT]);
+
+void sampler_close(struct sampler *s);
+
+/* Overhead budget: from now on keep each sample drawn at lambda with
+ * probability 2^-shift (0..CH_MAX_RATE_SHIFT), in the kernel, before its
+ * stack is walked; kept ones carry the shift (ch_sample_event.rate_shift)
+ * and count 2^shift each (alloc.bpf.c thin_samples).  Returns 0, -EINVAL
+ * (no sampler) or -ERANGE. */
+int sampler_set_rate_shift(struct sampler *s, unsigned shift);
+
+/* Time the target's threads have spent in this sampler's BPF programs, in
+ * ns, as the kernel counts it (bpf_prog_info.run_time_ns); 0 unless
+ * run-time statistics are enabled (kernel.bpf_stats_enabled, or a
+ * BPF_ENABLE_STATS descriptor held by any process). */
+uint64_t sampler_bpf_run_ns(const struct sampler *s);
+
+/* Fill pool[n] with draws from the geometric law of parameter `rate`
+ * (support 1, 2, ...; mean 1/rate), as memprof.c's rand_geom, stratified:
+ * draw i inverts a uniform taken in the i-th of n equal strata of (0,1), so
+ * the pool's empirical law matches the geometric law to O(1/n) in every
+ * quantile and a pool entry picked at random is a geometric draw.  `seed`
+ * makes it reproducible.  Values are clamped to [1, 2^62]. */
+void sampler_fill_geom_pool(uint64_t *pool, size_t n, double rate, uint64_t seed);
+
+#endif

@@ -1,0 +1,138 @@
+/* report.h -- writers for a recorded profile: the text report and
+ * collapsed stacks (flamegraph.pl / speedscope input), plus the
+ * write-to-temporary-then-rename helper every output file goes through.
+ */
+#ifndef CH_REPORT_H
+#define CH_REPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "camlheap.h"
+#include "profile/profile.h"
+#include "target/modules.h"
+#include "output/outfile.h"
+
+enum report_format {
+	REPORT_TEXT = 0,
+	REPORT_COLLAPSED,
+	REPORT_PPROF,       /* gzip-compressed profile.proto (pprof.h) */
+	REPORT_JSON,        /* docs/json.md */
+	REPORT_SVG,         /* interactive flame graph (flamegraph.pl, report.c) */
+	REPORT_MEMTRACE,    /* the recording itself: a memtrace trace (recording.h) */
+};
+
+/* Which quantity a report ranks sites by (and collapsed / svg output sums). */
+enum report_value {
+	REPORT_VALUE_ALLOC = 0,  /* estimated bytes allocated */
+	REPORT_VALUE_LIVE,       /* estimated bytes still alive at the end (census) */
+	REPORT_VALUE_PEAK,       /* the most estimated bytes the site had alive at once (census) */
+};
+
+/* What the header of a report states besides the profile itself. */
+struct report_meta {
+	int pid;
+	const char *exe;               /* resolved executable path */
+	const char *ocaml_version;     /* "4.13.1" */
+	const char *command;           /* launch mode: the command line, else NULL */
+	const char *sampler_mode;      /* e.g. "major+custom+unmarshal (read-only uprobes)" */
+	const char *executor;          /* who wrote young_limit: "ptrace", "kernel", "observe" */
+	const char *minor_off_why;     /* NULL if the minor heap was sampled, else why not */
+	const char *minor_source;      /* how it was sampled, NULL: young_limit traps (channel A, 4.x) */
+	const char *unmarshal_off_why; /* NULL if unmarshalled blocks were sampled, else why not (OCaml 5.1) */
+	/* ptrace executor (all 0 otherwise) */
+	uint64_t exec_stops, exec_writes, exec_stale, exec_pending, exec_errors, exec_passed_signals;
+	uint64_t exec_freezes;         /* OCaml 5: writes checked and done with every other thread stopped */
+	uint64_t exec_freeze_timeouts; /* OCaml 5: writes given up, a thread did not stop in time */
+	double exec_service_s;         /* time the stopped threads waited for the executor, seconds */
+	const char *end_reason;        /* "target exited with status 0", "duration elapsed", ... */
+	double duration_s;             /* recording time, seconds */
+	double attach_s;               /* from start to probes attached, seconds */
+	unsigned max_frames;
+	unsigned probes_emulated;      /* probes on kernel-emulated instructions */
+	unsigned plugins;              /* Dynlink plugins whose frame tables were loaded */
+	unsigned unreadable_files;     /* mapped files that could not be opened (fd limit) */
+	unsigned probes_total;
+	uint64_t counters[CH_CNT__COUNT]; /* BPF counters (enum ch_counter) */
+	double cpu_s;                  /* camlheap's own CPU time (user + system), seconds */
+	double max_rss_mib;            /* camlheap's own peak resident set, MiB */
+	int top;                       /* sites shown in the text report */
+	bool census_on;                /* sampled blocks were followed to their death */
+	const char *census_off_why;    /* if not, why */
+	bool live;                     /* record --live: per-site live and peak figures */
+	int64_t start_unix_ns;         /* recording start, ns since the Unix epoch (pprof) */
+	uint64_t fates_drained;        /* fate events read from the kernel's arrays at the end (ring was full) */
+	int value;                     /* enum report_value: how the text report ranks sites */
+	const char *selection;         /* `camlheap report`: the window / filters applied, NULL if none */
+	const char *build_id;          /* the executable's GNU build id (hex) when no module is open */
+	bool foreign;                  /* a memtrace trace written inside the program: no probe figures */
+	bool json_no_stacks;           /* JSON without stacks (diff by allocation position needs none) */
+	const char *warning;           /* `camlheap report`: a problem with the recording itself, or NULL */
+	const char *malloc_libc;       /* --malloc: the libc probed (its path in the target), else NULL */
+	const char *budget;            /* --budget: the lambdas in force and for how long ("1e-05 for 3.0 s, then
+					* 6.25e-07 (samples kept with probability 2^-4) for 57.0 s"), or NULL */
+	/* Resident memory of the target (/proc/PID/status, read at the end of
+	 * the recording: the last reading while the process lived), 0 if unknown */
+	uint64_t rss_kib;              /* VmRSS */
+	uint64_t hwm_kib;              /* VmHWM: its peak */
+	uint64_t heap_words;           /* the OCaml heap then (runtime counters: major heap + minor heaps), words */
+	const char *rss_when;          /* "read at the end", "last read 0.3 s before the end" */
+	bool rss_live_set;             /* the live samples below were taken with the reading (else: at the end) */
+	uint64_t rss_live_bigarray, rss_live_malloc, rss_live_custom; /* live samples then, by kind */
+};
+
+/* Write the text report: the first line names the executor and says which
+ * allocations are sampled; a header (target, OCaml version, lambda, duration, samples,
+ * dropped events, sampler mode, stack-walk terminations); then the `top`
+ * sites by estimated bytes, each with samples, a 95 % interval and its full
+ * callstack.  Returns 0 or -EIO. */
+int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods);
+
+/* Write a census (`camlheap census`): a header as the text report's, then
+ * the sites by estimated live bytes (live sampled blocks / lambda * 8, with
+ * a 95 % Poisson interval), each with its live block count, the median age
+ * of its live blocks in major collections, its leak-suspect score
+ * (profile_census_compute, which the caller runs first) and callstack; then
+ * the leak suspects by score.  Returns 0 or -EIO. */
+int report_write_census(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods);
+
+/* Write collapsed stacks: one line per distinct callstack (all kinds
+ * summed), frames root first separated by ';', each "Module.function"
+ * (inlined frames expanded), a space, and the estimated allocated bytes as
+ * an integer; `value` (enum report_value) live: the estimated bytes still
+ * alive at the end instead, peak: each site's peak live bytes (stacks
+ * with none are left out).  Returns 0 or -EIO. */
+int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods, int value);
+
+/* Write the recording as one JSON document, schema "camlheap-report"
+ * version 1 (docs/json.md): run metadata, totals, census totals, stacks
+ * (frames innermost first, inline chains expanded) and sites (kind, stack
+ * index, Comballoc index, samples, estimated bytes with a 95 % Poisson
+ * interval, estimated objects, live figures).  Estimates: bytes = samples
+ * / lambda * 8.  Written with json-glib.  Returns 0 or -EIO. */
+int report_write_json(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods);
+
+/* Render `p` in `format` (text: the record report, ranked by m->value;
+ * collapsed and svg: bytes by m->value; pprof; json), or the census report
+ * with `census`: the one dispatch `record`, `census` and `report` share.
+ * Returns 0 or -errno. */
+int report_render(FILE *out, enum report_format format, bool census, const struct profile *p,
+		  const struct report_meta *m, struct modules *mods);
+
+/* "minor", "major", "custom", "unmarshal" for an enum ch_alloc_kind; "?"
+ * out of range. */
+/* "owned", "view" or "mapped": whose data a bigarray site's samples are
+ * (profile_site.subtype, CH_BA_* in camlheap.h). */
+const char *report_bigarray_owner(uint64_t ext_flags);
+const char *report_kind_name(unsigned kind);
+
+/* Why a stack walk ended (enum ch_stack_term): "clean", "unknown pc",
+ * "read error", "depth limit"; "?" out of range. */
+const char *report_term_name(unsigned term);
+
+/* Human-readable byte count ("1.5 MiB") into buf. */
+const char *report_format_bytes(double bytes, char *buf, size_t len);
+
+
+#endif

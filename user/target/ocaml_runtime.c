@@ -1,0 +1,971 @@
+/* ocaml_runtime.c -- see ocaml_runtime.h. */
+#include "target/ocaml_runtime.h"
+
+#include "camlheap.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
+	[OCAML_PROBE_TRACK_ALLOC_SHR] = "caml_memprof_track_alloc_shr",
+	[OCAML_PROBE_TRACK_CUSTOM] = "caml_memprof_track_custom",
+	[OCAML_PROBE_TRACK_INTERNED] = "caml_memprof_track_interned",
+	[OCAML_PROBE_REGISTER_FRAMETABLE] = "caml_register_frametable",
+	[OCAML_PROBE_DISPATCH] = "caml_alloc_small_dispatch",
+	[OCAML_PROBE_DISPATCH_RET] = "caml_alloc_small_dispatch",
+	[OCAML_PROBE_REARM_UPDATE] = "caml_update_young_limit",
+	[OCAML_PROBE_REARM_PENDING] = "caml_do_pending_actions_exn",
+	[OCAML_PROBE_TRACK_YOUNG] = "caml_memprof_track_young",
+	[OCAML_PROBE_MINOR_UPDATE] = "caml_memprof_minor_update",
+	[OCAML_PROBE_CLEAN_PHASE] = "caml_memprof_update_clean_phase",
+	[OCAML_PROBE_COMPACTION] = "caml_memprof_invert_tracked",
+	[OCAML_PROBE_SAMPLE_BLOCK] = "caml_memprof_sample_block",
+	[OCAML_PROBE_ALLOC_SHR_RET] = "caml_alloc_shr",
+	[OCAML_PROBE_ALLOC_SHR_RESERVED_RET] = "caml_alloc_shr_reserved",
+	[OCAML_PROBE_ALLOC_SHR_NOEXC_RET] = "caml_alloc_shr_noexc",
+	[OCAML_PROBE_CUSTOM_MEM] = "caml_alloc_custom_mem",
+	[OCAML_PROBE_CUSTOM_MEM_RET] = "caml_alloc_custom_mem",
+	[OCAML_PROBE_DISPATCH5] = "caml_alloc_small_dispatch",
+	[OCAML_PROBE_DISPATCH5_RET] = "caml_alloc_small_dispatch",
+	[OCAML_PROBE_RESET_LIMIT] = "caml_reset_young_limit",
+	[OCAML_PROBE_RESET_LIMIT_RET] = "caml_reset_young_limit",
+	[OCAML_PROBE_REGISTER_FRAMETABLES] = "caml_register_frametables",
+	[OCAML_PROBE_SAMPLE_YOUNG5] = "caml_memprof_sample_young",
+	[OCAML_PROBE_MINOR5] = "caml_final_update_last_minor",
+	[OCAML_PROBE_CYCLE5] = "caml_cycle_heap_from_stw_single",
+	[OCAML_PROBE_COMPACT5] = "caml_compact_heap",
+	[OCAML_PROBE_BA_ALLOC_RET] = "caml_ba_alloc",
+	[OCAML_PROBE_BA_ALLOC] = "caml_ba_alloc",
+	[OCAML_PROBE_MAPPED_ALLOC_RET] = "caml_unix_mapped_alloc",
+	[OCAML_PROBE_MAPPED_ALLOC] = "caml_unix_mapped_alloc",
+};
+
+/* Without it only plugins' frames are lost (walks end "unknown pc"). */
+static const bool probe_optional[OCAML_PROBE__COUNT] = {
+	[OCAML_PROBE_REGISTER_FRAMETABLE] = true,
+	[OCAML_PROBE_DISPATCH] = true,
+	[OCAML_PROBE_DISPATCH_RET] = true,
+	[OCAML_PROBE_REARM_UPDATE] = true,
+	[OCAML_PROBE_REARM_PENDING] = true,
+	[OCAML_PROBE_TRACK_YOUNG] = true,
+	[OCAML_PROBE_MINOR_UPDATE] = true,
+	[OCAML_PROBE_CLEAN_PHASE] = true,
+	[OCAML_PROBE_COMPACTION] = true,
+};
+
+static uint32_t rd32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+long ocaml_runtime_find_rearm(const uint8_t *c, size_t len, uint64_t fn, uint64_t std_sym, uint64_t call_target)
+{
+	for (size_t i = 0; i + 10 <= len; i++) {
+		size_t j;
+
+		/* 8b 05 rel32: mov rel32(%rip),%eax, then 85 c0: test %eax,%eax */
+		if (c[i] != 0x8b || c[i + 1] != 0x05 || c[i + 6] != 0x85 || c[i + 7] != 0xc0)
+			continue;
+		if (fn + i + 6 + (uint64_t)(int64_t)(int32_t)rd32(c + i + 2) != std_sym)
+			continue;
+		j = i + 8;
+		if (c[j] != 0x74 && !(j + 1 < len && c[j] == 0x0f && c[j + 1] == 0x84))
+			continue;
+		if (!call_target)
+			return (long)j;
+		/* the call after the store's tail: within the next 32 bytes */
+		for (size_t k = j; k + 5 <= len && k < j + 32; k++)
+			if (c[k] == 0xe8 && fn + k + 5 + (uint64_t)(int64_t)(int32_t)rd32(c + k + 1) == call_target)
+				return (long)k;
+		return -1;
+	}
+	return -1;
+}
+
+/* A ModRM operand at c[0..n) (REX bits `rex`): its length, and either the
+ * register (*reg_op true, *base the register) or the memory operand (*base
+ * the base register, -1 for rip-relative, -2 for one camlheap does not
+ * follow (SIB with an index, no base); *disp its displacement).  0 if cut
+ * short. */
+static size_t modrm_operand(const uint8_t *c, size_t n, uint8_t rex, unsigned *reg, int *base, int64_t *disp,
+			    bool *reg_op)
+{
+	size_t i = 1;
+	uint8_t mod, rm;
+
+	if (n < 1)
+		return 0;
+	mod = c[0] >> 6;
+	rm = c[0] & 7;
+	*reg = ((c[0] >> 3) & 7) | (rex & 4 ? 8 : 0);
+	*disp = 0;
+	*reg_op = mod == 3;
+	if (mod == 3) {
+		*base = rm | (rex & 1 ? 8 : 0);
+		return 1;
+	}
+	if (rm == 4) { /* SIB */
+		if (n < 2)
+			return 0;
+		*base = (c[1] & 7) == 5 && mod == 0 ? -2 : (c[1] & 7) | (rex & 1 ? 8 : 0);
+		if (((c[1] >> 3) & 7) != 4 || (rex & 2))
+			*base = -2; /* an index register */
+		i = 2;
+		if ((c[1] & 7) == 5 && mod == 0) {
+			i += 4;
+			return i <= n ? i : 0;
+		}
+	} else if (mod == 0 && rm == 5) {
+		*base = -1;
+		if (n < 5)
+			return 0;
+		*disp = (int32_t)rd32(c + 1);
+		return 5;
+	} else {
+		*base = rm | (rex & 1 ? 8 : 0);
+	}
+	if (mod == 1) {
+		if (i + 1 > n)
+			return 0;
+		*disp = (int8_t)c[i];
+		i += 1;
+	} else if (mod == 2) {
+		if (i + 4 > n)
+			return 0;
+		*disp = (int32_t)rd32(c + i);
+		i += 4;
+	}
+	return i;
+}
+
+int ocaml_runtime_limit_layout(const uint8_t *c, size_t len, uint64_t fn, uint64_t cs_sym, unsigned trigger_off,
+			       unsigned alloc_end_off, unsigned *store_off)
+{
+	unsigned cs = 0; /* registers holding Caml_state (bit per register number) */
+	bool stored = false, bad_store = false, saw_trigger = false, saw_end = false;
+	size_t i = 0;
+
+	while (i < len) {
+		const uint8_t *p = c + i;
+		size_t n = len - i, j = 0, m;
+		uint8_t rex = 0, op;
+		unsigned reg;
+		int base;
+		int64_t disp;
+		bool reg_op, mem_cs;
+
+		if (n >= 4 && p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa) { /* endbr64 */
+			i += 4;
+			continue;
+		}
+		if (p[0] == 0xc3 || p[0] == 0x90) { /* ret (code after it is reached by a jump), nop */
+			i += 1;
+			continue;
+		}
+		if (n >= 2 && p[0] == 0xf3 && p[1] == 0xc3) { /* repz ret */
+			i += 2;
+			continue;
+		}
+		if (p[0] >= 0x50 && p[0] <= 0x57) { /* push */
+			i += 1;
+			continue;
+		}
+		if (p[0] >= 0x70 && p[0] <= 0x7f && n >= 2) { /* jcc rel8: both ways are decoded in order */
+			i += 2;
+			continue;
+		}
+		if (p[0] == 0xeb && n >= 2) { /* jmp rel8 */
+			i += 2;
+			continue;
+		}
+		if ((p[0] & 0xf0) == 0x40)
+			rex = p[j++];
+		if (j >= n)
+			return 0;
+		op = p[j++];
+		if (op >= 0x58 && op <= 0x5f) { /* pop: the register is no longer known */
+			cs &= ~(1u << ((op & 7) | (rex & 1 ? 8 : 0)));
+			i += j;
+			continue;
+		}
+		if (op == 0x0f) {
+			if (j >= n)
+				return 0;
+			op = p[j++];
+			if (op == 0x1f) { /* nop r/m */
+				m = modrm_operand(p + j, n - j, rex, &reg, &base, &disp, &reg_op);
+				if (!m)
+					return 0;
+				i += j + m;
+				continue;
+			}
+			if (op >= 0x80 && op <= 0x8f && n >= j + 4) { /* jcc rel32 */
+				i += j + 4;
+				continue;
+			}
+			if (op < 0x40 || op > 0x4f) /* cmovcc r, r/m */
+				return 0;
+			op = 0x8b; /* as a load: the destination may change */
+			rex &= ~8; /* not a Caml_state load */
+		} else if (op != 0x8b && op != 0x89 && op != 0x39 && op != 0x3b && op != 0x85) {
+			return 0; /* mov, cmp, test only */
+		}
+		m = modrm_operand(p + j, n - j, rex, &reg, &base, &disp, &reg_op);
+		if (!m)
+			return 0;
+		mem_cs = !reg_op && base >= 0 && (cs & (1u << base));
+		if (op == 0x8b) { /* load into reg */
+			if (!reg_op && base == -1 && (rex & 8) && fn + i + j + m + (uint64_t)disp == cs_sym)
+				cs |= 1u << reg;
+			else if (reg_op && (rex & 8) && (cs & (1u << base)))
+				cs |= 1u << reg;
+			else
+				cs &= ~(1u << reg);
+			if (mem_cs && (uint64_t)disp == trigger_off)
+				saw_trigger = true;
+			if (mem_cs && (uint64_t)disp == alloc_end_off)
+				saw_end = true;
+		} else if (op == 0x89) { /* store reg into r/m */
+			if (reg_op) {
+				if ((rex & 8) && (cs & (1u << reg)))
+					cs |= 1u << base;
+				else
+					cs &= ~(1u << base);
+			} else if (mem_cs) {
+				if (!stored)
+					*store_off = (unsigned)disp;
+				else if ((unsigned)disp != *store_off)
+					bad_store = true;
+				stored = true;
+			}
+		}
+		i += j + m;
+	}
+	if (!stored)
+		return 0;
+	if (bad_store || !saw_trigger || !saw_end)
+		return -1;
+	return 1;
+}
+
+uint64_t ocaml_runtime_find_final_todo(const uint8_t *c, size_t len, uint64_t fn)
+{
+	for (size_t i = 0; i + 8 <= len && i < 64; i++)
+		if (c[i] == 0x48 && c[i + 1] == 0x83 && c[i + 2] == 0x3d && c[i + 7] == 0)
+			return fn + i + 8 + (uint64_t)(int64_t)(int32_t)rd32(c + i + 3);
+	return 0;
+}
+
+/* The four minor-heap probes; on failure, say why in rt->minor_why. */
+static void plan_minor(const struct elf_image *img, struct ocaml_runtime *rt)
+{
+	const struct elf_symbol *std = elf_image_symbol(img, "caml_something_to_do");
+	const struct elf_symbol *mpt = elf_image_symbol(img, "caml_memprof_young_trigger");
+	const struct elf_symbol *pps = elf_image_symbol(img, "caml_process_pending_signals_exn");
+	struct {
+		enum ocaml_probe which;
+		uint64_t call_target;
+	} rearms[2] = { { OCAML_PROBE_REARM_UPDATE, 0 }, { OCAML_PROBE_REARM_PENDING, pps ? pps->vaddr : 0 } };
+
+	if (!rt->probes[OCAML_PROBE_DISPATCH].present || !std || !mpt || !pps) {
+		snprintf(rt->minor_why, sizeof(rt->minor_why),
+			 "the runtime lacks caml_alloc_small_dispatch, caml_something_to_do, "
+			 "caml_memprof_young_trigger or caml_process_pending_signals_exn");
+		goto off;
+	}
+	rt->something_to_do_sym = std->vaddr;
+	rt->memprof_trigger_sym = mpt->vaddr;
+	{
+		/* a local of finalise.c: from .symtab, else from the code that tests it */
+		const struct elf_symbol *td = elf_image_symbol(img, "to_do_hd");
+		const struct elf_symbol *fdc = elf_image_symbol(img, "caml_final_do_calls_exn");
+		const uint8_t *code = fdc ? elf_image_data(img, fdc->vaddr, 64) : NULL;
+
+		if (td && td->type == STT_OBJECT && td->size == 8)
+			rt->final_todo_sym = td->vaddr;
+		else if (code)
+			rt->final_todo_sym = ocaml_runtime_find_final_todo(code, 64, fdc->vaddr);
+	}
+	{
+		/* a local of memprof.c; only in an unstripped .symtab */
+		const struct elf_symbol *l = elf_image_symbol(img, "lambda");
+
+		if (l && l->type == STT_OBJECT && l->size == 8)
+			rt->memprof_lambda_sym = l->vaddr;
+	}
+	rt->probes[OCAML_PROBE_DISPATCH_RET] = rt->probes[OCAML_PROBE_DISPATCH];
+	rt->probes[OCAML_PROBE_DISPATCH_RET].retprobe = true;
+	if (rt->probes[OCAML_PROBE_DISPATCH].skipped) {
+		/* a uretprobe must sit on the entry; it is emulated only if the
+		 * entry instruction is */
+		const struct elf_symbol *d = elf_image_symbol(img, "caml_alloc_small_dispatch");
+
+		rt->probes[OCAML_PROBE_DISPATCH_RET].vaddr = d->vaddr;
+		rt->probes[OCAML_PROBE_DISPATCH_RET].skipped = 0;
+		rt->probes[OCAML_PROBE_DISPATCH_RET].emulated = false;
+		elf_image_vaddr_to_offset(img, d->vaddr, &rt->probes[OCAML_PROBE_DISPATCH_RET].file_offset);
+	}
+	for (int i = 0; i < 2; i++) {
+		struct ocaml_probe_point *pp = &rt->probes[rearms[i].which];
+		const struct elf_symbol *fn = elf_image_symbol(img, probe_symbols[rearms[i].which]);
+		size_t len = fn && fn->size && fn->size < 4096 ? fn->size : 256;
+		const uint8_t *code = fn ? elf_image_data(img, fn->vaddr, len) : NULL;
+		long at = code ? ocaml_runtime_find_rearm(code, len, fn->vaddr, std->vaddr, rearms[i].call_target) : -1;
+
+		pp->present = false;
+		if (at < 0) {
+			snprintf(rt->minor_why, sizeof(rt->minor_why),
+				 "the young_limit re-arm point in %s was not recognised (compiled differently "
+				 "from Debian's 4.13/4.14 runtime)",
+				 probe_symbols[rearms[i].which]);
+			goto off;
+		}
+		pp->symbol = probe_symbols[rearms[i].which];
+		pp->vaddr = fn->vaddr + (uint64_t)at;
+		pp->skipped = (unsigned)at;
+		pp->emulated = ocaml_runtime_insn_emulated(code + at, len - (size_t)at);
+		if (elf_image_vaddr_to_offset(img, pp->vaddr, &pp->file_offset) < 0)
+			goto off;
+		pp->present = true;
+	}
+	rt->minor_ok = true;
+	return;
+off:
+	for (int i = OCAML_PROBE_DISPATCH; i <= OCAML_PROBE_TRACK_YOUNG; i++)
+		rt->probes[i].present = false;
+}
+
+bool ocaml_runtime_insn_emulated(const uint8_t *c, size_t len)
+{
+	if (len < 1)
+		return false;
+	if (c[0] >= 0x50 && c[0] <= 0x57) /* push r64 */
+		return true;
+	if (len >= 2 && (c[0] == 0x41) && c[1] >= 0x50 && c[1] <= 0x57) /* push r8-r15 */
+		return true;
+	if (c[0] == 0x90 || c[0] == 0xe8 || c[0] == 0xe9 || c[0] == 0xeb) /* nop, call, jmp */
+		return true;
+	if (c[0] >= 0x70 && c[0] <= 0x7f) /* jcc rel8 */
+		return true;
+	if (len >= 2 && c[0] == 0x0f && c[1] >= 0x80 && c[1] <= 0x8f) /* jcc rel32 */
+		return true;
+	if (len >= 5 && c[0] == 0x0f && c[1] == 0x1f && c[2] == 0x44 && c[3] == 0 && c[4] == 0) /* nop5 */
+		return true;
+	return false;
+}
+
+/* Register numbers (ModRM encoding) of the argument registers we read:
+ * rdi 7, rsi 6, rdx 2, rcx 1 (without REX.R/B). */
+static bool writes_arg_register(unsigned reg, bool rex_ext)
+{
+	if (rex_ext)
+		return false;
+	return reg == 7 || reg == 6 || reg == 2 || reg == 1;
+}
+
+unsigned ocaml_runtime_skippable_insn(const uint8_t *c, size_t len)
+{
+	if (len >= 4 && c[0] == 0xf3 && c[1] == 0x0f && c[2] == 0x1e && c[3] == 0xfa) /* endbr64 */
+		return 4;
+	/* mov r64, r64: REX.W 89 /r with mod == 3; the destination is rm. */
+	if (len >= 3 && (c[0] & 0xf8) == 0x48 && c[1] == 0x89 && (c[2] >> 6) == 3) {
+		bool rex_b = c[0] & 1;
+		if (!writes_arg_register(c[2] & 7, rex_b))
+			return 3;
+		return 0;
+	}
+	/* mov rel32(%rip), r64 (REX.W 8b /r, mod 0, rm 5): a load into a
+	 * register that is not an argument (5.3 caml_memprof_sample_block
+	 * starts by loading caml_state's TLS offset from the GOT). */
+	if (len >= 7 && (c[0] & 0xfb) == 0x48 && c[1] == 0x8b && (c[2] & 0xc7) == 0x05) {
+		if (!writes_arg_register((c[2] >> 3) & 7, c[0] & 4))
+			return 7;
+		return 0;
+	}
+	/* pxor xmm, xmm (66 0f ef /r, mod 3): touches no integer register. */
+	if (len >= 4 && c[0] == 0x66 && c[1] == 0x0f && c[2] == 0xef && (c[3] >> 6) == 3)
+		return 4;
+	/* sub/add $imm8, %rsp (48 83 ec/c4 ib) and $imm32 (48 81 ec/c4 id). */
+	if (len >= 4 && c[0] == 0x48 && c[1] == 0x83 && (c[2] == 0xec || c[2] == 0xc4))
+		return 4;
+	if (len >= 7 && c[0] == 0x48 && c[1] == 0x81 && (c[2] == 0xec || c[2] == 0xc4))
+		return 7;
+	return 0;
+}
+
+unsigned ocaml_runtime_plain_insn_len(const uint8_t *c, size_t len)
+{
+	size_t i = 0, n;
+	uint8_t op, modrm, mod, rm, rex = 0;
+	unsigned imm = 0;
+
+	if (i < len && c[i] == 0x64) /* %fs: */
+		i++;
+	if (i < len && (c[i] & 0xf0) == 0x40) /* REX */
+		rex = c[i++];
+	if (i >= len)
+		return 0;
+	op = c[i++];
+	if (op >= 0xb8 && op <= 0xbf) { /* mov $imm32, r32 (imm64 with REX.W) */
+		n = i + ((rex & 0x08) ? 8 : 4);
+		return n <= len ? (unsigned)n : 0;
+	}
+	switch (op) {
+	case 0x01: case 0x03: case 0x09: case 0x0b: case 0x21: case 0x23: /* add, or, and */
+	case 0x29: case 0x2b: case 0x31: case 0x33: case 0x39: case 0x3b: /* sub, xor, cmp */
+	case 0x85: case 0x89: case 0x8b: case 0x8d:                       /* test, mov, lea */
+		break;
+	case 0x83: /* ALU r/m, imm8 */
+		imm = 1;
+		break;
+	case 0x81: case 0xc7: /* ALU r/m, imm32; mov r/m, imm32 */
+		imm = 4;
+		break;
+	default:
+		return 0;
+	}
+	if (i >= len)
+		return 0;
+	modrm = c[i++];
+	mod = modrm >> 6;
+	rm = modrm & 7;
+	if (op == 0xc7 && ((modrm >> 3) & 7) != 0)
+		return 0;
+	if (mod != 3 && rm == 4) { /* SIB */
+		if (i >= len)
+			return 0;
+		if (mod == 0 && (c[i] & 7) == 5)
+			i += 4;
+		i++;
+	}
+	if (mod == 1)
+		i += 1;
+	else if (mod == 2 || (mod == 0 && rm == 5))
+		i += 4;
+	n = i + imm;
+	return n <= len ? (unsigned)n : 0;
+}
+
+/* Put the probe on the entry instruction if the kernel emulates it, else on
+ * the first emulated instruction reached through at most `steps`
+ * instructions that `step_over` accepts, within `window` bytes (a
+ * single-stepped uprobe costs ~29 us in this kind of VM against ~1 us,
+ * feasibility-4.13.md §2.2).  Otherwise on the entry, single-stepped. */
+static int plan_probe_over(const struct elf_image *img, const char *name, struct ocaml_probe_point *pp,
+			   unsigned (*step_over)(const uint8_t *, size_t), int steps, unsigned window)
+{
+	const struct elf_symbol *sym = elf_image_symbol(img, name);
+	const uint8_t *code;
+	unsigned off = 0;
+
+	if (!sym || !sym->vaddr)
+		return -ENOENT;
+	pp->symbol = name;
+	pp->skipped = 0;
+	pp->emulated = false;
+	code = elf_image_data(img, sym->vaddr, window + 16);
+	if (code) {
+		for (int step = 0; step < steps && off < window; step++) {
+			if (ocaml_runtime_insn_emulated(code + off, window + 16 - off)) {
+				pp->emulated = true;
+				pp->skipped = off;
+				break;
+			}
+			unsigned n = step_over(code + off, window + 16 - off);
+			if (!n)
+				break;
+			off += n;
+		}
+	}
+	pp->vaddr = sym->vaddr + pp->skipped;
+	return elf_image_vaddr_to_offset(img, pp->vaddr, &pp->file_offset);
+}
+
+/* A probe whose arguments are read: only instructions that keep the
+ * argument registers are stepped over (`caml_alloc_shr` starts with
+ * `mov %rdi,%rax`). */
+static int plan_probe(const struct elf_image *img, const char *name, struct ocaml_probe_point *pp)
+{
+	return plan_probe_over(img, name, pp, ocaml_runtime_skippable_insn, 4, 24);
+}
+
+/* A probe that reads no argument: any plain data instruction is stepped
+ * over, so the probe sits on the first emulated instruction the function
+ * always executes. */
+static int plan_argless_probe(const struct elf_image *img, const char *name, struct ocaml_probe_point *pp)
+{
+	return plan_probe_over(img, name, pp, ocaml_runtime_plain_insn_len, 16, 80);
+}
+
+static bool has_symbol(const struct elf_image *img, const char *name)
+{
+	return elf_image_symbol(img, name) != NULL;
+}
+
+/* A uretprobe: on the function's entry, whatever the instruction. */
+static int plan_retprobe(const struct elf_image *img, const char *name, struct ocaml_probe_point *pp)
+{
+	const struct elf_symbol *sym = elf_image_symbol(img, name);
+
+	if (!sym || !sym->vaddr)
+		return -ENOENT;
+	pp->symbol = name;
+	pp->vaddr = sym->vaddr;
+	pp->skipped = 0;
+	pp->emulated = false;
+	pp->retprobe = true;
+	if (elf_image_vaddr_to_offset(img, pp->vaddr, &pp->file_offset) < 0)
+		return -ERANGE;
+	pp->present = true;
+	return 0;
+}
+
+/* Bigarrays (optional: a program that never links Bigarray creation has
+ * no caml_ba_alloc): the entry and return of caml_ba_alloc, and of
+ * caml_unix_mapped_alloc when the Unix library is linked.  rt->ba_ops_sym
+ * tells the custom-block probes to leave bigarrays to these. */
+static void plan_bigarray(const struct elf_image *img, struct ocaml_runtime *rt)
+{
+	const struct elf_symbol *ops = elf_image_symbol(img, "caml_ba_ops");
+
+	if (!ops || plan_retprobe(img, probe_symbols[OCAML_PROBE_BA_ALLOC_RET], &rt->probes[OCAML_PROBE_BA_ALLOC_RET]) < 0 ||
+	    plan_probe(img, probe_symbols[OCAML_PROBE_BA_ALLOC], &rt->probes[OCAML_PROBE_BA_ALLOC]) < 0) {
+		rt->probes[OCAML_PROBE_BA_ALLOC_RET].present = rt->probes[OCAML_PROBE_BA_ALLOC].present = false;
+		return;
+	}
+	rt->probes[OCAML_PROBE_BA_ALLOC].present = true;
+	rt->ba_ops_sym = ops->vaddr;
+	if (plan_retprobe(img, probe_symbols[OCAML_PROBE_MAPPED_ALLOC_RET], &rt->probes[OCAML_PROBE_MAPPED_ALLOC_RET]) < 0 ||
+	    plan_probe(img, probe_symbols[OCAML_PROBE_MAPPED_ALLOC], &rt->probes[OCAML_PROBE_MAPPED_ALLOC]) < 0)
+		rt->probes[OCAML_PROBE_MAPPED_ALLOC_RET].present = rt->probes[OCAML_PROBE_MAPPED_ALLOC].present = false;
+	else
+		rt->probes[OCAML_PROBE_MAPPED_ALLOC].present = true;
+}
+
+/* The release lines camlheap supports, the patch releases its tests run
+ * on (tests/test_versions.py), and where 4.x keeps young_limit and
+ * young_ptr.  4.x is taken at any patch level, its writes being checked
+ * against the runtime's own code (check_layout4); 5.x only at the tested
+ * ones, anything else of a 5.x line read-only. */
+struct ocaml_release {
+	int major, minor;
+	const char *tested;    /* comma-separated patch releases */
+	/* 4.x */
+	uint8_t young_limit_off, young_ptr_off;
+	/* 5.x: offsetof(caml_domain_state, id) and (memprof_young_trigger),
+	 * 0: none (runtime/caml/domain_state.tbl) */
+	uint32_t dom_id_off, memprof_trig_off;
+	uint32_t memprof_off;  /* offsetof(caml_domain_state, memprof), where a running Gc.Memprof is read (5.3+) */
+	uint32_t dom_internal_state_off; /* offsetof(struct dom_internal, state) (runtime/domain.c; 5.3+) */
+	bool sample_block;     /* caml_memprof_sample_block (5.3), else caml_alloc_shr & co. (5.1, 5.2) */
+	bool compaction;       /* caml_compact_heap (from 5.2) */
+	bool gc_stats_ptr;     /* sampled_gc_stats is a pointer to caml_params->max_domains entries (5.3),
+				* else an array of Max_domains (5.1, 5.2; runtime/gc_stats.c) */
+	const char *cycle_fn;  /* the single-domain step of a major cycle's end (runtime/shared_heap.c) */
+};
+
+static const struct ocaml_release releases[] = {
+	{ .major = 4, .minor = 12, .tested = "4.12.0, 4.12.1",
+	  .young_limit_off = CH_OCAML412_YOUNG_LIMIT, .young_ptr_off = CH_OCAML412_YOUNG_PTR },
+	{ .major = 4, .minor = 13, .tested = "4.13.1",
+	  .young_limit_off = CH_OCAML4_YOUNG_LIMIT, .young_ptr_off = CH_OCAML4_YOUNG_PTR },
+	{ .major = 4, .minor = 14, .tested = "4.14.0, 4.14.2",
+	  .young_limit_off = CH_OCAML4_YOUNG_LIMIT, .young_ptr_off = CH_OCAML4_YOUNG_PTR },
+	/* 5.1.0 shared_heap.c:882 caml_cycle_heap_stw, called by one domain
+	 * inside the barrier of cycle_all_domains_callback, major_gc.c:1217 */
+	{ .major = 5, .minor = 1, .tested = "5.1.0", .dom_id_off = CH_OCAML51_ID,
+	  .cycle_fn = "caml_cycle_heap_stw" },
+	{ .major = 5, .minor = 2, .tested = "5.2.0", .dom_id_off = CH_OCAML52_ID,
+	  .memprof_trig_off = CH_OCAML52_MEMPROF_YOUNG_TRIGGER, .compaction = true,
+	  .cycle_fn = "caml_cycle_heap_from_stw_single" },
+	{ .major = 5, .minor = 3, .tested = "5.3.0", .dom_id_off = CH_OCAML53_ID,
+	  .memprof_trig_off = CH_OCAML53_MEMPROF_YOUNG_TRIGGER, .memprof_off = CH_OCAML53_MEMPROF,
+	  .dom_internal_state_off = CH_OCAML53_DOM_INTERNAL_STATE, .sample_block = true, .compaction = true,
+	  .gc_stats_ptr = true, .cycle_fn = "caml_cycle_heap_from_stw_single" },
+	/* 5.4.1: 5.3's hooks and structures (runtime/memprof.c, shared_heap.c,
+	 * fiber.h, stack.h unchanged but for comments and TSan), four more
+	 * domain-state fields before `id`, a thread id before dom_internal's
+	 * state */
+	{ .major = 5, .minor = 4, .tested = "5.4.1", .dom_id_off = CH_OCAML54_ID,
+	  .memprof_trig_off = CH_OCAML54_MEMPROF_YOUNG_TRIGGER, .memprof_off = CH_OCAML54_MEMPROF,
+	  .dom_internal_state_off = CH_OCAML54_DOM_INTERNAL_STATE, .sample_block = true, .compaction = true,
+	  .gc_stats_ptr = true, .cycle_fn = "caml_cycle_heap_from_stw_single" },
+};
+
+const char ocaml_runtime_supported[] = "4.12, 4.13, 4.14, 5.1, 5.2, 5.3, 5.4";
+#define TESTED_RELEASES "4.12.0, 4.12.1, 4.13.1, 4.14.0, 4.14.2, 5.1.0, 5.2.0, 5.3.0, 5.4.1"
+
+/* Is "4.14.2" among "4.14.0, 4.14.2"? */
+static bool in_list(const char *list, const char *version)
+{
+	size_t n = strlen(version);
+
+	for (const char *p = list; (p = strstr(p, version)) != NULL; p += n)
+		if ((p == list || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+/* rt->version read from the executable: accept a supported release, or
+ * say why not.  Sets major/minor, the 4.x offsets, and release_known. */
+static enum ocaml_detect_result check_release(const char *name, struct ocaml_runtime *rt, char *msg, size_t msglen)
+{
+	int patch = -1, end = 0;
+	const struct ocaml_release *r = NULL;
+
+	if (sscanf(rt->version, "%d.%d.%d%n", &rt->major, &rt->minor, &patch, &end) != 3) {
+		snprintf(msg, msglen, "%s holds an OCaml version camlheap cannot read (%s)", name, rt->version);
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	for (size_t i = 0; i < sizeof(releases) / sizeof(releases[0]); i++)
+		if (releases[i].major == rt->major && releases[i].minor == rt->minor)
+			r = &releases[i];
+	if (r && rt->version[end]) {
+		snprintf(msg, msglen,
+			 "%s uses OCaml %s, a development or pre-release build (camlheap supports the releases "
+			 "%s; tested: %s): its runtime's internal layout may differ from the release's, and camlheap "
+			 "never writes into a runtime it has not identified; rebuild with a release compiler",
+			 name, rt->version, ocaml_runtime_supported, TESTED_RELEASES);
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	if (!r) {
+		/* why the releases before 4.12 are not (4.10.0, 4.11.0 and
+		 * 4.12.1 runtime/caml/memprof.h and domain_state.tbl) */
+		const char *why = rt->major < 4 || (rt->major == 4 && rt->minor < 10)
+					  ? "its runtime has none of the Gc.Memprof hooks camlheap probes (they came with 4.10)"
+				  : rt->major == 4 && rt->minor == 10
+					  ? "its runtime has no hook to follow a sampled block to its death (caml_memprof_minor_update "
+					    "came with 4.11) nor one per custom block (caml_memprof_track_custom, with 4.12)"
+				  : rt->major == 4 && rt->minor == 11
+					  ? "its runtime calls no hook per custom block (caml_memprof_track_custom came with 4.12), and "
+					    "its domain state lacks 4.12's mark_stack, which moves every field camlheap reads past it"
+					  : "the runtime's internal layout changes between releases";
+
+		snprintf(msg, msglen,
+			 "%s uses the OCaml %s runtime, which camlheap does not support (supported: %s; tested: %s): %s; "
+			 "rebuild with a supported compiler%s",
+			 name, rt->version, ocaml_runtime_supported, TESTED_RELEASES, why,
+			 rt->major == 5 && rt->minor == 0 ? " (OCaml 5.0 has no Gc.Memprof to profile in-process either)"
+			 : rt->major == 4 && rt->minor < 10 ? ""
+							 : ", or profile in-process with Gc.Memprof (e.g. memtrace)");
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	rt->release = r;
+	rt->young_limit_off = r->young_limit_off;
+	rt->young_ptr_off = r->young_ptr_off;
+	rt->release_known = rt->major == 4 || in_list(r->tested, rt->version);
+	if (!rt->release_known)
+		snprintf(rt->minor_why, sizeof(rt->minor_why),
+			 "OCaml %s is not among the %d.%d releases camlheap was tested with (%s), so camlheap "
+			 "writes nothing into the program",
+			 rt->version, rt->major, rt->minor, r->tested);
+	return OCAML_OK;
+}
+
+/* OCaml 4.x: the young_limit offset camlheap would write, confirmed from
+ * the code of caml_update_young_limit (ocaml_runtime_limit_layout).  A
+ * runtime whose code contradicts its release's layout is refused; one
+ * whose release is unknown (no Sys.ocaml_version) takes the layout its
+ * code shows and is profiled read-only, as is one whose code is not of a
+ * recognised form. */
+static enum ocaml_detect_result check_layout4(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
+					      char *msg, size_t msglen)
+{
+	const struct elf_symbol *ul = elf_image_symbol(img, "caml_update_young_limit");
+	size_t len = ul && ul->size && ul->size < 4096 ? ul->size : 0;
+	const uint8_t *code = len ? elf_image_data(img, ul->vaddr, len) : NULL;
+	unsigned store = 0;
+	/* CAMLHEAP_TEST_NO_CODE_CHECK=1, for the tests only: leave the live
+	 * checks of bpf/minor.bpf.h alone between the program and a write */
+	bool skip = getenv("CAMLHEAP_TEST_NO_CODE_CHECK") && !strcmp(getenv("CAMLHEAP_TEST_NO_CODE_CHECK"), "1");
+	int r = skip ? 1 : code && rt->caml_state_sym ? ocaml_runtime_limit_layout(code, len, ul->vaddr, rt->caml_state_sym,
+									CH_OCAML4_YOUNG_TRIGGER, CH_OCAML4_YOUNG_ALLOC_END,
+									&store)
+					   : 0;
+
+	if (skip)
+		store = rt->young_limit_off;
+	if (!rt->version[0]) {
+		/* Stdlib.Sys not linked: nothing says which release this is */
+		snprintf(rt->version, sizeof(rt->version), "4.x, release unknown");
+		rt->major = 4;
+		rt->minor = -1;
+		rt->release_known = false;
+		if (r == 1 && store == CH_OCAML412_YOUNG_LIMIT) {
+			rt->young_limit_off = CH_OCAML412_YOUNG_LIMIT;
+			rt->young_ptr_off = CH_OCAML412_YOUNG_PTR;
+		} else {
+			rt->young_limit_off = CH_OCAML4_YOUNG_LIMIT;
+			rt->young_ptr_off = CH_OCAML4_YOUNG_PTR;
+		}
+		snprintf(rt->minor_why, sizeof(rt->minor_why),
+			 "the program's OCaml release is unknown (it does not link Stdlib.Sys, where camlheap reads "
+			 "Sys.ocaml_version), so camlheap writes nothing into it");
+		return OCAML_OK;
+	}
+	if (r < 0 || (r == 1 && store != rt->young_limit_off)) {
+		char what[96];
+
+		if (r == 1)
+			snprintf(what, sizeof(what), "stores young_limit at byte %u of Caml_state", store);
+		else
+			snprintf(what, sizeof(what), "stores to other fields of Caml_state or reads others");
+		snprintf(msg, msglen,
+			 "%s says it is OCaml %s, but its runtime's code does not match that release's layout "
+			 "(caml_update_young_limit %s; OCaml %s keeps young_limit at byte %u): a patched or "
+			 "misidentified runtime, into which camlheap writes nothing; profile a program built with an "
+			 "unmodified compiler release",
+			 name, rt->version, what, rt->version, rt->young_limit_off);
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	if (r == 0) {
+		rt->release_known = false;
+		snprintf(rt->minor_why, sizeof(rt->minor_why),
+			 "young_limit's place in Caml_state could not be confirmed from the code of "
+			 "caml_update_young_limit (compiled differently from the runtimes camlheap was tested with), so "
+			 "camlheap writes nothing into the program");
+	}
+	return OCAML_OK;
+}
+
+/* OCaml 5.1 to 5.4 (ocaml-runtime.md §1.3-1.5, §3.4-3.5, §7.1). */
+static enum ocaml_detect_result detect5(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
+					char *msg, size_t msglen)
+{
+	const struct ocaml_release *rel = rt->release;
+	const struct elf_symbol *minor = elf_image_symbol(img, "caml_minor_collections_count");
+	const struct elf_symbol *major = elf_image_symbol(img, "caml_major_cycles_completed");
+	const struct elf_symbol *compact = elf_image_symbol(img, "caml_compactions_count");
+	const struct elf_symbol *ccall = elf_image_symbol(img, "caml_c_call");
+	const uint8_t *code = ccall ? elf_image_data(img, ccall->vaddr, 4) : NULL;
+	char missing[256] = "";
+
+	if (elf_image_tls_offset(img, "caml_state", &rt->tls_state_off) < 0)
+		strcat(missing, " caml_state(TLS)");
+	if (!minor)
+		strcat(missing, " caml_minor_collections_count");
+	if (!major)
+		strcat(missing, " caml_major_cycles_completed");
+	if (!code)
+		strcat(missing, " caml_c_call");
+	rt->minor_count_sym = minor ? minor->vaddr : 0;
+	rt->major_count_sym = major ? major->vaddr : 0;
+	rt->compact_count_sym = compact ? compact->vaddr : 0;
+	rt->dom_id_off = rel->dom_id_off;
+	rt->memprof_trig_off = rel->memprof_trig_off;
+	rt->memprof_off = rel->memprof_off;
+	rt->dom_internal_state_off = rel->dom_internal_state_off;
+	/* ENTER_FUNCTION (5.x runtime/amd64.S:94-97): push %rbp; mov %rsp,%rbp */
+	rt->frame_pointers = code && code[0] == 0x55 && code[1] == 0x48 && code[2] == 0x89 && code[3] == 0xe5;
+	if (rel->sample_block) {
+		if (plan_probe(img, probe_symbols[OCAML_PROBE_SAMPLE_BLOCK], &rt->probes[OCAML_PROBE_SAMPLE_BLOCK]) == 0)
+			rt->probes[OCAML_PROBE_SAMPLE_BLOCK].present = true;
+		else
+			strcat(missing, " caml_memprof_sample_block");
+	} else {
+		for (int i = OCAML_PROBE_ALLOC_SHR_RET; i <= OCAML_PROBE_CUSTOM_MEM_RET; i++) {
+			int r = i == OCAML_PROBE_CUSTOM_MEM ? plan_probe(img, probe_symbols[i], &rt->probes[i])
+							    : plan_retprobe(img, probe_symbols[i], &rt->probes[i]);
+
+			if (r == 0) {
+				rt->probes[i].present = true;
+			} else if (i != OCAML_PROBE_CUSTOM_MEM_RET || !missing[0]) {
+				strncat(missing, " ", sizeof(missing) - strlen(missing) - 1);
+				strncat(missing, probe_symbols[i], sizeof(missing) - strlen(missing) - 1);
+			}
+		}
+		rt->unmarshal_why = rt->minor == 1 ? "OCaml 5.1 calls no hook per unmarshalled block (it reserves them "
+						     "with caml_shared_try_alloc, which promotion also uses)"
+						   : "OCaml 5.2 calls no hook per unmarshalled block (it reserves them "
+						     "with caml_shared_try_alloc, which promotion also uses)";
+	}
+	{
+		/* the heap's size, for the resident-memory breakdown */
+		const struct elf_symbol *gs = elf_image_symbol(img, "sampled_gc_stats");
+		const struct elf_symbol *cp = elf_image_symbol(img, "caml_params");
+
+		rt->gc_stats_ptr = rel->gc_stats_ptr;
+		if (gs && gs->type == STT_OBJECT && (rel->gc_stats_ptr ? gs->size == 8 : gs->size >= 96))
+			rt->gc_stats_sym = gs->vaddr;
+		if (cp && cp->type == STT_OBJECT && cp->size == 8)
+			rt->params_sym = cp->vaddr;
+	}
+	if (rel->sample_block) {
+		/* reading a running Gc.Memprof's rate: 5.3's private layouts */
+		const struct elf_symbol *ad = elf_image_symbol(img, "all_domains");
+
+		if (ad && ad->type == STT_OBJECT && ad->size == 8)
+			rt->all_domains_sym = ad->vaddr;
+		if (plan_probe(img, probe_symbols[OCAML_PROBE_SAMPLE_YOUNG5], &rt->probes[OCAML_PROBE_SAMPLE_YOUNG5]) == 0)
+			rt->probes[OCAML_PROBE_SAMPLE_YOUNG5].present = true;
+	}
+	if (plan_probe(img, probe_symbols[OCAML_PROBE_REGISTER_FRAMETABLES], &rt->probes[OCAML_PROBE_REGISTER_FRAMETABLES]) == 0)
+		rt->probes[OCAML_PROBE_REGISTER_FRAMETABLES].present = true; /* without it, plugins' frames end walks */
+	if (missing[0]) {
+		snprintf(msg, msglen,
+			 "%s (OCaml %s) lacks runtime symbols camlheap needs:%s; the binary was probably "
+			 "stripped of .dynsym or linked without -E: rebuild it with the default ocamlopt flags",
+			 name, rt->version, missing);
+		return OCAML_MISSING_SYMBOLS;
+	}
+	{
+		/* the dispatch entry reads r8 (lens): only an emulated first
+		 * instruction, nothing stepped over */
+		struct ocaml_probe_point *e = &rt->probes[OCAML_PROBE_DISPATCH5];
+		const struct elf_symbol *d = elf_image_symbol(img, "caml_alloc_small_dispatch");
+		const uint8_t *dc = d ? elf_image_data(img, d->vaddr, 16) : NULL;
+
+		if (d && dc && plan_retprobe(img, probe_symbols[OCAML_PROBE_DISPATCH5], e) == 0) {
+			e->retprobe = false;
+			e->emulated = ocaml_runtime_insn_emulated(dc, 16);
+		}
+		if (plan_retprobe(img, probe_symbols[OCAML_PROBE_RESET_LIMIT], &rt->probes[OCAML_PROBE_RESET_LIMIT]) == 0)
+			rt->probes[OCAML_PROBE_RESET_LIMIT].retprobe = false; /* same entry, reads rdi */
+		if (plan_retprobe(img, probe_symbols[OCAML_PROBE_DISPATCH5_RET], &rt->probes[OCAML_PROBE_DISPATCH5_RET]) == 0 &&
+		    plan_retprobe(img, probe_symbols[OCAML_PROBE_RESET_LIMIT_RET], &rt->probes[OCAML_PROBE_RESET_LIMIT_RET]) == 0 &&
+		    e->present && rt->probes[OCAML_PROBE_RESET_LIMIT].present) {
+			rt->minor_ok = true;
+		} else {
+			for (int i = OCAML_PROBE_DISPATCH5; i <= OCAML_PROBE_RESET_LIMIT; i++)
+				rt->probes[i].present = false;
+			snprintf(rt->minor_why, sizeof(rt->minor_why),
+				 "the runtime lacks caml_alloc_small_dispatch or caml_reset_young_limit");
+		}
+	}
+	{
+		const struct elf_symbol *hs = elf_image_symbol(img, "caml_global_heap_state");
+		bool ok = hs != NULL;
+
+		rt->heap_state_sym = hs ? hs->vaddr : 0;
+		ok = ok && plan_probe(img, probe_symbols[OCAML_PROBE_MINOR5], &rt->probes[OCAML_PROBE_MINOR5]) == 0;
+		ok = ok && plan_argless_probe(img, rel->cycle_fn, &rt->probes[OCAML_PROBE_CYCLE5]) == 0;
+		if (ok && rel->compaction)
+			ok = plan_argless_probe(img, probe_symbols[OCAML_PROBE_COMPACT5], &rt->probes[OCAML_PROBE_COMPACT5]) == 0;
+		if (ok) {
+			rt->census_ok = true;
+			rt->probes[OCAML_PROBE_MINOR5].present = true;
+			rt->probes[OCAML_PROBE_CYCLE5].present = true;
+			rt->probes[OCAML_PROBE_COMPACT5].present = rel->compaction;
+		} else {
+			snprintf(rt->census_why, sizeof(rt->census_why),
+				 "the runtime lacks caml_global_heap_state, caml_final_update_last_minor, "
+				 "caml_cycle_heap_from_stw_single (5.1: caml_cycle_heap_stw) or caml_compact_heap, so "
+				 "sampled blocks cannot be followed to their death");
+		}
+	}
+	return OCAML_OK;
+}
+
+enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
+					      char *msg, size_t msglen)
+{
+	const struct elf_symbol *cs;
+	char missing[256] = "";
+
+	memset(rt, 0, sizeof(*rt));
+	if (!has_symbol(img, "caml_frametable") || !has_symbol(img, "caml_start_program")) {
+		if (has_symbol(img, "caml_interprete") || has_symbol(img, "caml_main")) {
+			snprintf(msg, msglen,
+				 "%s is OCaml bytecode (the ocamlrun interpreter or a -custom executable): "
+				 "only native programs built with ocamlopt are supported",
+				 name);
+			return OCAML_BYTECODE;
+		}
+		if (elf_image_symbol_count(img) == 0) {
+			snprintf(msg, msglen,
+				 "%s has no symbol table at all (stripped of .dynsym, or static and stripped): "
+				 "camlheap finds the OCaml runtime by its symbols; profile an unstripped build",
+				 name);
+			return OCAML_MISSING_SYMBOLS;
+		}
+		snprintf(msg, msglen,
+			 "%s is not a native OCaml program (no caml_frametable or caml_start_program symbol); "
+			 "point camlheap at an executable built with ocamlopt",
+			 name);
+		return OCAML_NOT_OCAML;
+	}
+
+	if (elf_image_find_ocaml_version(img, rt->version, sizeof(rt->version)) < 0)
+		rt->version[0] = '\0';
+	if (rt->version[0]) {
+		enum ocaml_detect_result r = check_release(name, rt, msg, msglen);
+
+		if (r != OCAML_OK)
+			return r;
+	} else {
+		rt->major = rt->minor = -1;
+	}
+	if (rt->major < 0 && has_symbol(img, "caml_domain_spawn")) {
+		snprintf(msg, msglen, "%s uses an OCaml 5 runtime whose release is unknown (the program does not "
+				      "link Stdlib.Sys, where camlheap reads it): camlheap needs the exact 5.x release "
+				      "(supported: %s)",
+			 name, ocaml_runtime_supported);
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	if (rt->major == 5) {
+		enum ocaml_detect_result r = detect5(img, name, rt, msg, msglen);
+
+		if (r == OCAML_OK && !rt->release_known && rt->minor_ok) {
+			/* read-only: minor_why says why (check_release) */
+			rt->minor_ok = false;
+			for (int i = OCAML_PROBE_DISPATCH5; i <= OCAML_PROBE_RESET_LIMIT; i++)
+				rt->probes[i].present = false;
+		}
+		if (r == OCAML_OK)
+			plan_bigarray(img, rt);
+		return r;
+	}
+	cs = elf_image_symbol(img, "Caml_state");
+	if (!cs)
+		strcat(missing, " Caml_state");
+	else
+		rt->caml_state_sym = cs->vaddr;
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
+		if (i == OCAML_PROBE_DISPATCH_RET || i == OCAML_PROBE_REARM_UPDATE || i == OCAML_PROBE_REARM_PENDING)
+			continue; /* planned by plan_minor */
+		if (i >= OCAML_PROBE_MINOR_UPDATE)
+			continue; /* below; OCaml 5's in detect5 */
+		if (plan_probe(img, probe_symbols[i], &rt->probes[i]) == 0)
+			rt->probes[i].present = true;
+		else if (!probe_optional[i]) {
+			strncat(missing, " ", sizeof(missing) - strlen(missing) - 1);
+			strncat(missing, probe_symbols[i], sizeof(missing) - strlen(missing) - 1);
+		}
+	}
+	if (!missing[0]) {
+		enum ocaml_detect_result r = check_layout4(img, name, rt, msg, msglen);
+
+		if (r != OCAML_OK)
+			return r;
+		if (rt->release_known)
+			plan_minor(img, rt);
+		else
+			for (int i = OCAML_PROBE_DISPATCH; i <= OCAML_PROBE_TRACK_YOUNG; i++)
+				rt->probes[i].present = false;
+	}
+	rt->census_ok = true;
+	for (int i = OCAML_PROBE_MINOR_UPDATE; i <= OCAML_PROBE_COMPACTION; i++)
+		if (plan_argless_probe(img, probe_symbols[i], &rt->probes[i]) == 0) {
+			rt->probes[i].present = true;
+		} else if (rt->census_ok) {
+			rt->census_ok = false;
+			snprintf(rt->census_why, sizeof(rt->census_why),
+				 "the runtime lacks %s, so sampled blocks cannot be followed to their death",
+				 probe_symbols[i]);
+		}
+	if (!rt->census_ok)
+		for (int i = OCAML_PROBE_MINOR_UPDATE; i <= OCAML_PROBE_COMPACTION; i++)
+			rt->probes[i].present = false;
+	if (missing[0]) {
+		snprintf(msg, msglen,
+			 "%s (OCaml %s) lacks runtime symbols camlheap probes:%s; the binary was probably "
+			 "stripped of .dynsym or linked without -E: rebuild it with the default ocamlopt flags",
+			 name, rt->version[0] ? rt->version : "version unknown", missing);
+		return OCAML_MISSING_SYMBOLS;
+	}
+	plan_bigarray(img, rt);
+	return OCAML_OK;
+}

@@ -1,0 +1,58 @@
+/* proc.h -- the target process: existence, executable, load bias, and the
+ * launch mode that starts a command stopped at exec (ARCHITECTURE.md §3.5).
+ */
+#ifndef CH_PROC_H
+#define CH_PROC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <signal.h>
+#include <sys/types.h>
+
+#include "target/elf_image.h"
+
+/* Resolve /proc/PID/exe into buf.  Returns 0, -ESRCH (no such process, or a
+ * zombie / kernel thread without an executable), -EACCES (not allowed to
+ * inspect it: needs CAP_SYS_PTRACE over that process). */
+int proc_exe_path(pid_t pid, char *buf, size_t len);
+
+/* Read the integer field `name` ("Tgid", "TracerPid", ...) of
+ * /proc/PID/status into *value.  Returns 0, or -ENOENT if the process or
+ * the field is missing. */
+int proc_status_field(pid_t pid, const char *name, long *value);
+
+/* The state letter (field 3: 'R', 'S', 'Z', ...) and the start time (field
+ * 22, clock ticks after boot) of /proc/PID/stat (proc(5)); either pointer
+ * may be NULL.  Returns 0, -ESRCH (no such process), or another -errno or
+ * -EINVAL when the file cannot be read or parsed (e.g. -EMFILE). */
+int proc_stat(pid_t pid, char *state, unsigned long long *starttime);
+
+/* True if `pid` names a thread-group leader (a process, not a thread id). */
+int proc_is_process(pid_t pid);
+
+/* Load bias (runtime address - link-time vaddr) of the executable `img` as
+ * mapped in `pid`, from /proc/PID/maps: the mapping of the same file
+ * (device and inode of /proc/PID/exe) whose offset is that of the first
+ * PT_LOAD.  0 for a non-PIE.  Returns 0, -ESRCH, -ENOENT (not mapped), or
+ * another -errno reading /proc (e.g. -EMFILE). */
+int proc_load_bias(pid_t pid, const struct elf_image *img, uint64_t *bias);
+
+/* Start argv[] (PATH lookup as execvp) as a child with the signal mask
+ * `child_mask` (camlheap's own before it blocked its stop signals) and the
+ * dispositions camlheap inherited, stopped in the PTRACE_EVENT_EXEC stop right after
+ * exec: its executable is mapped and not one user instruction has run.
+ * The child is PTRACE_SEIZEd (never with PTRACE_O_EXITKILL) before it
+ * execs: if camlheap dies at any point, an event stop just ends and the
+ * command runs unprofiled.  Returns 0 and the pid, or a negative errno
+ * with a message in err (e.g. -ENOENT "cannot run foo: No such file..."),
+ * in which case the child has been reaped. */
+int proc_launch(char *const argv[], const sigset_t *child_mask, pid_t *pid, char *err, size_t errlen);
+
+/* Let a launched child run: PTRACE_DETACH from the exec stop.  Returns 0 or
+ * a negative errno. */
+int proc_launch_release(pid_t pid);
+
+/* Open a pidfd (readable when the process exits).  Returns fd or -errno. */
+int proc_pidfd(pid_t pid);
+
+#endif
