@@ -66,7 +66,7 @@ $(BUILD)/.deps: Makefile
 	fi
 	@touch $@
 
-$(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c bpf/*.h include/*.h vmlinux.h | $(BUILD)/.deps
+$(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c bpf/*.h bpf/*/*.h include/*.h vmlinux.h | $(BUILD)/.deps
 	@mkdir -p $(@D)
 	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
 

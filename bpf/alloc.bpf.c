@@ -176,103 +176,8 @@ static __always_inline __u32 sample_words(__s64 *next, __u64 len)
 	return n > 0 ? (__u32)n : 0;
 }
 
-/* OCaml 5: the allocating thread's domain state, read from its TLS
- * `caml_state` (ocaml-runtime.md §3.5): fs base + tls_state_off.  0 if
- * unreadable (a thread outside any domain, or a wrong offset: counted). */
-static __always_inline __u64 ocaml5_dom(struct ch_proc *p)
-{
-	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 fsbase = BPF_CORE_READ(task, thread.fsbase), dom = 0;
-
-	if (!fsbase || bpf_probe_read_user(&dom, sizeof(dom), (void *)(fsbase + p->tls_state_off)))
-		return 0;
-	return dom;
-}
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct ch_domain_key);
-	__type(value, struct ch_domain);
-} domains SEC(".maps");
-
-/* OCaml 5: the countdown of domain `dom`, created with a fresh draw. */
-static __always_inline __s64 *ocaml5_countdown(__u64 dom)
-{
-	struct ch_domain_key k = { .dom_state = dom, .tgid = bpf_get_current_pid_tgid() >> 32 };
-	struct ch_domain *d = bpf_map_lookup_elem(&domains, &k), fresh;
-
-	if (d)
-		return &d->next_sample_words;
-	fresh.next_sample_words = (__s64)geom_draw() - 1;
-	bpf_map_update_elem(&domains, &k, &fresh, BPF_NOEXIST);
-	d = bpf_map_lookup_elem(&domains, &k);
-	return d ? &d->next_sample_words : 0;
-}
-
-/* OCaml 5: check the domain state the TLS pointer gave (young_start <=
- * young_ptr <= young_end, give or take a block being allocated) and read
- * the domain id and the exported collection counters. */
-static __always_inline int domain5_plausible(struct ch_proc *p, __u64 dom, struct ch_sample_event *ev)
-{
-	__u64 f[4], minor = 0, major = 0, compactions = 0;
-	__u32 id = 0;
-
-	if (bpf_probe_read_user(f, sizeof(f), (void *)dom) ||
-	    bpf_probe_read_user(&id, sizeof(id), (void *)(dom + p->dom_id_off)))
-		return 0;
-	bpf_probe_read_user(&minor, sizeof(minor), (void *)(p->minor_count_sym + p->load_bias));
-	bpf_probe_read_user(&major, sizeof(major), (void *)(p->major_count_sym + p->load_bias));
-	if (p->compact_count_sym)
-		bpf_probe_read_user(&compactions, sizeof(compactions), (void *)(p->compact_count_sym + p->load_bias));
-	ev->in_minor_heap = ev->block_addr > f[CH_OCAML5_YOUNG_START / 8] && ev->block_addr < f[CH_OCAML5_YOUNG_END / 8];
-	ev->minor_gcs = (__u32)minor;
-	ev->major_gcs = (__u32)major;
-	ev->compactions = (__u32)compactions;
-	ev->domain = id;
-	return f[CH_OCAML5_YOUNG_START / 8] < f[CH_OCAML5_YOUNG_END / 8] &&
-	       f[CH_OCAML5_YOUNG_PTR / 8] + 257 * 8 >= f[CH_OCAML5_YOUNG_START / 8] &&
-	       f[CH_OCAML5_YOUNG_PTR / 8] <= f[CH_OCAML5_YOUNG_END / 8] && id < 65536;
-}
-
-/* The offsets are per version (ocaml-runtime.md §3.4): check them on the
- * live state, young_alloc_start <= young_ptr <= young_alloc_end (young_ptr is
- * current inside the runtime, where every probe sits).  A failure is
- * counted and the stack is not walked, so a wrong table cannot produce
- * made-up frames. */
-static __always_inline int domain_state_plausible(struct ch_proc *p, __u64 caml_state, struct ch_sample_event *ev)
-{
-	__u64 f[8], gc[5]; /* stat_minor_collections .. stat_compactions */
-	__u64 yp;
-
-	if (bpf_probe_read_user(f, sizeof(f), (void *)caml_state) ||
-	    bpf_probe_read_user(gc, sizeof(gc), (void *)(caml_state + CH_OCAML4_STAT_MINOR_COLLECTIONS)))
-		return 0;
-	/* census: a block between young_start and young_end is in the minor
-	 * heap (Is_young, 4.13.1 runtime/caml/address_class.h) */
-	ev->in_minor_heap = ev->block_addr > f[CH_OCAML4_YOUNG_START / 8] && ev->block_addr < f[CH_OCAML4_YOUNG_END / 8];
-	ev->minor_gcs = (__u32)gc[0];
-	ev->major_gcs = (__u32)gc[1];
-	ev->compactions = (__u32)gc[(CH_OCAML4_STAT_COMPACTIONS - CH_OCAML4_STAT_MINOR_COLLECTIONS) / 8];
-	yp = p->young_ptr_off == CH_OCAML412_YOUNG_PTR ? f[CH_OCAML412_YOUNG_PTR / 8] : f[CH_OCAML4_YOUNG_PTR / 8];
-	return f[CH_OCAML4_YOUNG_ALLOC_START / 8] <= yp && yp <= f[CH_OCAML4_YOUNG_ALLOC_END / 8] &&
-	       f[CH_OCAML4_YOUNG_ALLOC_START / 8] < f[CH_OCAML4_YOUNG_ALLOC_END / 8];
-}
-
-/* OCaml 5 counters for an event taken on a thread without a domain: the
- * exported globals only. */
-static __always_inline void counters5(struct ch_proc *p, struct ch_sample_event *ev)
-{
-	__u64 minor = 0, major = 0, compactions = 0;
-
-	bpf_probe_read_user(&minor, sizeof(minor), (void *)(p->minor_count_sym + p->load_bias));
-	bpf_probe_read_user(&major, sizeof(major), (void *)(p->major_count_sym + p->load_bias));
-	if (p->compact_count_sym)
-		bpf_probe_read_user(&compactions, sizeof(compactions), (void *)(p->compact_count_sym + p->load_bias));
-	ev->minor_gcs = (__u32)minor;
-	ev->major_gcs = (__u32)major;
-	ev->compactions = (__u32)compactions;
-}
+#include "ocaml4/state.bpf.h"
+#include "ocaml5/state.bpf.h"
 
 /* Fill the per-CPU event with the sample's identity and its walked stack
  * (stack id, and whether its frames must be sent).  `lead`: a pseudo frame
@@ -388,6 +293,20 @@ static __always_inline struct ch_proc *current_proc(void)
 }
 
 #include "census.bpf.h"
+#include "ocaml4/census.bpf.h"
+#include "ocaml5/census.bpf.h"
+
+/* Follow a sampled block whose sample event was sent.  A full set means
+ * it is not followed, which user space learns at once. */
+static __always_inline void census_track(struct ch_proc *p, struct ch_sample_event *ev)
+{
+	if (!ev->sample_id)
+		return;
+	if (p->ocaml5)
+		census5_track(p, ev);
+	else
+		census4_track(p, ev);
+}
 
 /* Send a sample event for the block at ev->block_addr and, with the
  * census on, give it an id and follow it. */
@@ -799,108 +718,7 @@ static __always_inline void emit_note(__u8 kind, __u64 arg)
 	bpf_ringbuf_submit(note, BPF_RB_FORCE_WAKEUP);
 }
 
-struct ft_parse {
-	__u64 d;     /* runtime address of the next descriptor */
-	__s64 left;  /* descriptors still to read */
-};
-
-/* One frame descriptor, exactly as frametable.c (and 4.13.1
- * runtime/roots_nat.c next_frame_descr) lays them out: retaddr, frame_size,
- * num_live, live_ofs[num_live]; if frame_size & 2: num_allocs, alloc_len[];
- * if frame_size & 1: align 4, debuginfo slots (one per alloc, or one);
- * align 8.  0xFFFF has neither. */
-static long ft_step(__u32 i, void *data)
-{
-	struct ft_parse *s = data;
-	struct {
-		__u64 retaddr;
-		__u16 frame_size;
-		__u16 num_live;
-	} h;
-	struct ch_frame_key k;
-	struct ch_frame_val v = {};
-	__u64 p;
-	__u8 na = 0;
-
-	if (s->left <= 0 || bpf_probe_read_user(&h, 12, (void *)s->d))
-		return 1;
-	p = s->d + 12 + 2 * (__u64)h.num_live;
-	if (h.frame_size != CH_FRAME_RETURN_TO_C) {
-		if (h.frame_size & 2) {
-			if (bpf_probe_read_user(&na, 1, (void *)p))
-				return 1;
-			p += 1 + (__u64)na;
-		}
-		if (h.frame_size & 1)
-			p = ((p + 3) & ~3ULL) + 4 * (__u64)((h.frame_size & 2) ? na : 1);
-	}
-	k.retaddr = h.retaddr;
-	v.frame_size = h.frame_size;
-	bpf_map_update_elem(&frametable_rt, &k, &v, BPF_ANY);
-	s->d = (p + 7) & ~7ULL;
-	s->left--;
-	return 0;
-}
-
-/* caml_register_frametable(intnat *table): Dynlink is loading a plugin whose
- * code runs next (4.13.1 runtime/natdynlink.c).  Its table is in memory,
- * relocated: read its descriptors into the unwinder's runtime-address map
- * now, before any plugin code runs, so that no walk through it is ever cut
- * (~0.3 us a descriptor, once per plugin).  User space is told too, to
- * symbolize the plugin. */
-SEC("uprobe")
-int BPF_KPROBE(on_register_frametable, __u64 table)
-{
-	struct ft_parse s = {};
-
-	if (!current_proc())
-		return 0;
-	if (!bpf_probe_read_user(&s.left, sizeof(s.left), (void *)table) && s.left > 0) {
-		s.d = table + 8;
-		bpf_loop(1 << 20, ft_step, &s, 0);
-	}
-	emit_note(CH_NOTE_FRAMETABLE, table);
-	return 0;
-}
-
-/* OCaml 5: caml_register_frametables(void **table, int ntables) (5.3
- * runtime/frame_descriptors.c:302, called by natdynlink for a plugin's
- * units): the same parse, one table after the other. */
-struct ft5_parse {
-	struct ft_parse cur;
-	__u64 tables;  /* runtime address of the next table pointer */
-	__s64 ntables; /* tables still to start */
-};
-
-static long ft5_step(__u32 i, void *data)
-{
-	struct ft5_parse *s = data;
-	__u64 tbl = 0;
-
-	if (s->cur.left > 0)
-		return ft_step(i, &s->cur);
-	/* next table: intnat num_descr, then the descriptors */
-	if (s->ntables <= 0 || bpf_probe_read_user(&tbl, sizeof(tbl), (void *)s->tables) || !tbl ||
-	    bpf_probe_read_user(&s->cur.left, sizeof(s->cur.left), (void *)tbl))
-		return 1;
-	s->cur.d = tbl + 8;
-	s->tables += 8;
-	s->ntables--;
-	return 0;
-}
-
-SEC("uprobe")
-int BPF_KPROBE(on_register_frametables, __u64 table, __s32 ntables)
-{
-	struct ft5_parse s = { .tables = table, .ntables = ntables };
-
-	if (!current_proc())
-		return 0;
-	if (ntables > 0 && ntables < 65536)
-		bpf_loop(1 << 22, ft5_step, &s, 0);
-	emit_note(CH_NOTE_FRAMETABLE, table);
-	return 0;
-}
+#include "frametable.bpf.h"
 
 /* exec replaced a profiled process's image: forget the process, so that
  * probes still firing in the new image (the same executable run again keeps
@@ -918,5 +736,6 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 }
 
 #include "minor.bpf.h"
-#include "minor5.bpf.h"
+#include "ocaml4/minor.bpf.h"
+#include "ocaml5/minor.bpf.h"
 #include "malloc.bpf.h"

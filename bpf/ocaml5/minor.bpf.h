@@ -1,4 +1,4 @@
-/* minor5.bpf.h -- sample the OCaml 5.1/5.3 minor heaps from outside the
+/* ocaml5/minor.bpf.h -- sample the OCaml 5.1/5.3 minor heaps from outside the
  * process: channel A of ocaml-runtime.md §2.4 per domain, with the ptrace
  * executor holding every other thread of the process stopped around each
  * young_limit write.  Included at the end of alloc.bpf.c (it shares the
@@ -47,8 +47,8 @@
  * young_limit then; if it ran Gc.Memprof when camlheap attached, camlheap
  * takes its samples read-only instead (on_sample_young5).
  */
-#ifndef CH_MINOR5_BPF_H
-#define CH_MINOR5_BPF_H
+#ifndef CH_OCAML5_MINOR_BPF_H
+#define CH_OCAML5_MINOR_BPF_H
 
 #define CH_UINTNAT_MAX 0xffffffffffffffffULL
 

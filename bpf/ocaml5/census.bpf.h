@@ -1,6 +1,6 @@
-/* census5.bpf.h -- follow every sampled block of an OCaml 5.1/5.3 process
- * until the collector frees it (ocaml-runtime.md §4).  Included at the end
- * of census.bpf.h, whose major-array pass it shares.
+/* ocaml5/census.bpf.h -- follow every sampled block of an OCaml 5.1-5.4 process
+ * until the collector frees it (ocaml-runtime.md §4).  Included by
+ * alloc.bpf.c after census.bpf.h, whose major-array pass it shares.
  *
  * Several domains run at once, so:
  *   - a young block is an entry of the hash map `young5` (key: its sample
@@ -23,8 +23,8 @@
  *     every tracked major block becomes "relocated" (alive then, location
  *     unknown), as on 4.x.
  */
-#ifndef CH_CENSUS5_BPF_H
-#define CH_CENSUS5_BPF_H
+#ifndef CH_OCAML5_CENSUS_BPF_H
+#define CH_OCAML5_CENSUS_BPF_H
 
 struct young5_entry {
 	struct ch_tracked t;
