@@ -12,7 +12,7 @@
 #include <zlib.h>
 
 #include "profile.pb-c.h"
-#include "output/report.h"
+#include "output/report_names.h"
 
 #define MAX_INLINE 16
 
@@ -201,6 +201,127 @@ static int gzip_write(FILE *out, const uint8_t *buf, size_t len)
 	return 0;
 }
 
+/* The profile's mappings into `maps` (room for max(mods->n, 1)): one per
+ * module, or for a recording read back (no module open) the executable by
+ * path and build id.  Returns 0 or -ENOMEM. */
+static int pprof_mappings(struct builder *b, Perftools__Profiles__Profile *prof, Perftools__Profiles__Mapping **maps,
+			  const struct pprof_meta *m)
+{
+	struct modules *mods = b->mods;
+
+	/* mappings: one per module, the executable first (modules_add_exe
+	 * registers it first) */
+	for (size_t i = 0; i < mods->n; i++) {
+		Perftools__Profiles__Mapping *mp = own(b, calloc(1, sizeof(*mp)));
+		char id[130];
+
+		if (!mp)
+			return -ENOMEM;
+		perftools__profiles__mapping__init(mp);
+		mp->id = i + 1;
+		for (size_t r = 0; r < mods->nranges; r++) {
+			const struct module_range *rg = &mods->ranges[r];
+
+			if (rg->module != i)
+				continue;
+			if (!mp->memory_start || rg->start < mp->memory_start)
+				mp->memory_start = rg->start;
+			if (rg->end > mp->memory_limit)
+				mp->memory_limit = rg->end;
+		}
+		mp->filename = str_ix(b, mods->v[i].is_exe && m->exe_path ? m->exe_path : mods->v[i].path);
+		if (mods->v[i].img && elf_image_build_id(mods->v[i].img, id, sizeof(id)) > 0)
+			mp->build_id = str_ix(b, id);
+		mp->has_functions = mp->has_filenames = mp->has_line_numbers = mp->has_inline_frames = 1;
+		maps[i] = mp;
+	}
+	prof->mapping = maps;
+	prof->n_mapping = mods->n;
+	if (!mods->n) {
+		/* a recording read back: the executable, known by path and build id */
+		Perftools__Profiles__Mapping *mp = own(b, calloc(1, sizeof(*mp)));
+
+		if (!mp)
+			return -ENOMEM;
+		perftools__profiles__mapping__init(mp);
+		mp->id = 1;
+		mp->filename = str_ix(b, m->exe_path ? m->exe_path : "");
+		if (m->build_id)
+			mp->build_id = str_ix(b, m->build_id);
+		mp->has_functions = mp->has_filenames = mp->has_line_numbers = mp->has_inline_frames = 1;
+		maps[0] = mp;
+		prof->n_mapping = 1;
+	}
+	return 0;
+}
+
+/* The sample of site `s`: its locations (leaf first, a marker where the
+ * walk was cut or no frame is left), `n_value` values (alloc_objects,
+ * alloc_space, inuse_objects, inuse_space) and labels (kind, custom type,
+ * bigarray data, OCaml stack, domain).  Memory owned by `b`; NULL when out
+ * of memory. */
+static Perftools__Profiles__Sample *pprof_sample(struct builder *b, const struct profile *p,
+						 const struct profile_site *s, size_t n_value)
+{
+	Perftools__Profiles__Sample *smp = own(b, calloc(1, sizeof(*smp)));
+	Perftools__Profiles__Label *kind = own(b, calloc(1, sizeof(*kind)));
+	Perftools__Profiles__Label *dom = own(b, calloc(1, sizeof(*dom)));
+	Perftools__Profiles__Label *sub = own(b, calloc(1, sizeof(*sub)));
+	Perftools__Profiles__Label **labels = own(b, calloc(3, sizeof(*labels)));
+	int64_t *v = own(b, calloc(4, sizeof(*v)));
+	uint32_t nf = s->stack ? s->stack->nframes : 0;
+	bool cut = s->stack && s->stack->term != CH_TERM_CLEAN;
+	uint64_t *ids = own(b, calloc(nf + 1, sizeof(*ids)));
+
+	if (!smp || !kind || !dom || !sub || !labels || !v || !ids)
+		return NULL;
+	perftools__profiles__sample__init(smp);
+	for (uint32_t j = 0; j < nf; j++) {
+		uint64_t id = location_id(b, s->stack->frames[j], j == 0 ? s->alloc_idx : 0);
+
+		if (id)
+			ids[smp->n_location_id++] = id;
+	}
+	if (cut) /* the walk stopped early: say so as the outermost frame, not as a root */
+		ids[smp->n_location_id++] = marker_location(b, s->stack->term);
+	if (!smp->n_location_id) /* a sample always has a frame, as in collapsed output */
+		ids[smp->n_location_id++] = marker_location(b, s->stack ? MARK_NONE : MARK_LOST);
+	smp->location_id = ids;
+	v[1] = llround(profile_estimate_words(p, s->samples) * 8.0);
+	v[0] = objects(s->est_objects, v[1]);
+	v[3] = llround(profile_estimate_words(p, s->live_samples) * 8.0);
+	v[2] = objects(s->live_est_objects, v[3]);
+	smp->value = v;
+	smp->n_value = n_value;
+	perftools__profiles__label__init(kind);
+	kind->key = str_ix(b, "kind");
+	kind->str = str_ix(b, report_kind_name(s->kind));
+	labels[0] = kind;
+	smp->label = labels;
+	smp->n_label = 1;
+	if ((s->kind == CH_KIND_CUSTOM && profile_custom_name(p, s->subtype)) || s->kind == CH_KIND_BIGARRAY ||
+	    s->kind == CH_KIND_MALLOC) {
+		/* string labels: pprof -tagfocus custom_type=_mpz, bigarray_data=owned,
+		 * ocaml_stack=none (--malloc from a thread not running OCaml) */
+		perftools__profiles__label__init(sub);
+		sub->key = str_ix(b, s->kind == CH_KIND_CUSTOM	  ? "custom_type"
+				      : s->kind == CH_KIND_BIGARRAY ? "bigarray_data"
+								    : "ocaml_stack");
+		sub->str = str_ix(b, s->kind == CH_KIND_CUSTOM	  ? profile_custom_name(p, s->subtype)
+				      : s->kind == CH_KIND_BIGARRAY ? report_bigarray_owner(s->subtype)
+				      : (s->subtype & CH_MALLOC_OUTSIDE) ? "none"
+									  : "yes");
+		labels[smp->n_label++] = sub;
+	}
+	if (p->by_domain) { /* a numeric label: pprof -tagfocus domain=2 */
+		perftools__profiles__label__init(dom);
+		dom->key = str_ix(b, "domain");
+		dom->num = s->domain;
+		labels[smp->n_label++] = dom;
+	}
+	return smp;
+}
+
 int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const struct pprof_meta *m)
 {
 	struct builder b = {
@@ -255,113 +376,16 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		prof.n_comment = 1;
 	}
 
-	/* mappings: one per module, the executable first (modules_add_exe
-	 * registers it first) */
-	for (size_t i = 0; i < mods->n; i++) {
-		Perftools__Profiles__Mapping *mp = own(&b, calloc(1, sizeof(*mp)));
-		char id[130];
-
-		if (!mp) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		perftools__profiles__mapping__init(mp);
-		mp->id = i + 1;
-		for (size_t r = 0; r < mods->nranges; r++) {
-			const struct module_range *rg = &mods->ranges[r];
-
-			if (rg->module != i)
-				continue;
-			if (!mp->memory_start || rg->start < mp->memory_start)
-				mp->memory_start = rg->start;
-			if (rg->end > mp->memory_limit)
-				mp->memory_limit = rg->end;
-		}
-		mp->filename = str_ix(&b, mods->v[i].is_exe && m->exe_path ? m->exe_path : mods->v[i].path);
-		if (mods->v[i].img && elf_image_build_id(mods->v[i].img, id, sizeof(id)) > 0)
-			mp->build_id = str_ix(&b, id);
-		mp->has_functions = mp->has_filenames = mp->has_line_numbers = mp->has_inline_frames = 1;
-		maps[i] = mp;
-	}
-	prof.mapping = maps;
-	prof.n_mapping = mods->n;
-	if (!mods->n) {
-		/* a recording read back: the executable, known by path and build id */
-		Perftools__Profiles__Mapping *mp = own(&b, calloc(1, sizeof(*mp)));
-
-		if (!mp) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		perftools__profiles__mapping__init(mp);
-		mp->id = 1;
-		mp->filename = str_ix(&b, m->exe_path ? m->exe_path : "");
-		if (m->build_id)
-			mp->build_id = str_ix(&b, m->build_id);
-		mp->has_functions = mp->has_filenames = mp->has_line_numbers = mp->has_inline_frames = 1;
-		maps[0] = mp;
-		prof.n_mapping = 1;
-	}
+	ret = pprof_mappings(&b, &prof, maps, m);
+	if (ret)
+		goto out;
 
 	for (size_t i = 0; i < nsites; i++) {
-		const struct profile_site *s = sites[i];
-		Perftools__Profiles__Sample *smp = own(&b, calloc(1, sizeof(*smp)));
-		Perftools__Profiles__Label *kind = own(&b, calloc(1, sizeof(*kind)));
-		Perftools__Profiles__Label *dom = own(&b, calloc(1, sizeof(*dom)));
-		Perftools__Profiles__Label *sub = own(&b, calloc(1, sizeof(*sub)));
-		Perftools__Profiles__Label **labels = own(&b, calloc(3, sizeof(*labels)));
-		int64_t *v = own(&b, calloc(4, sizeof(*v)));
-		uint32_t nf = s->stack ? s->stack->nframes : 0;
-		bool cut = s->stack && s->stack->term != CH_TERM_CLEAN;
-		uint64_t *ids = own(&b, calloc(nf + 1, sizeof(*ids)));
+		Perftools__Profiles__Sample *smp = pprof_sample(&b, p, sites[i], prof.n_sample_type);
 
-		if (!smp || !kind || !dom || !sub || !labels || !v || !ids) {
+		if (!smp) {
 			ret = -ENOMEM;
 			goto out;
-		}
-		perftools__profiles__sample__init(smp);
-		for (uint32_t j = 0; j < nf; j++) {
-			uint64_t id = location_id(&b, s->stack->frames[j], j == 0 ? s->alloc_idx : 0);
-
-			if (id)
-				ids[smp->n_location_id++] = id;
-		}
-		if (cut) /* the walk stopped early: say so as the outermost frame, not as a root */
-			ids[smp->n_location_id++] = marker_location(&b, s->stack->term);
-		if (!smp->n_location_id) /* a sample always has a frame, as in collapsed output */
-			ids[smp->n_location_id++] = marker_location(&b, s->stack ? MARK_NONE : MARK_LOST);
-		smp->location_id = ids;
-		v[1] = llround(profile_estimate_words(p, s->samples) * 8.0);
-		v[0] = objects(s->est_objects, v[1]);
-		v[3] = llround(profile_estimate_words(p, s->live_samples) * 8.0);
-		v[2] = objects(s->live_est_objects, v[3]);
-		smp->value = v;
-		smp->n_value = prof.n_sample_type;
-		perftools__profiles__label__init(kind);
-		kind->key = str_ix(&b, "kind");
-		kind->str = str_ix(&b, report_kind_name(s->kind));
-		labels[0] = kind;
-		smp->label = labels;
-		smp->n_label = 1;
-		if ((s->kind == CH_KIND_CUSTOM && profile_custom_name(p, s->subtype)) || s->kind == CH_KIND_BIGARRAY ||
-		    s->kind == CH_KIND_MALLOC) {
-			/* string labels: pprof -tagfocus custom_type=_mpz, bigarray_data=owned,
-			 * ocaml_stack=none (--malloc from a thread not running OCaml) */
-			perftools__profiles__label__init(sub);
-			sub->key = str_ix(&b, s->kind == CH_KIND_CUSTOM	  ? "custom_type"
-					      : s->kind == CH_KIND_BIGARRAY ? "bigarray_data"
-									    : "ocaml_stack");
-			sub->str = str_ix(&b, s->kind == CH_KIND_CUSTOM	  ? profile_custom_name(p, s->subtype)
-					      : s->kind == CH_KIND_BIGARRAY ? report_bigarray_owner(s->subtype)
-					      : (s->subtype & CH_MALLOC_OUTSIDE) ? "none"
-										  : "yes");
-			labels[smp->n_label++] = sub;
-		}
-		if (p->by_domain) { /* a numeric label: pprof -tagfocus domain=2 */
-			perftools__profiles__label__init(dom);
-			dom->key = str_ix(&b, "domain");
-			dom->num = s->domain;
-			labels[smp->n_label++] = dom;
 		}
 		samples[prof.n_sample++] = smp;
 	}

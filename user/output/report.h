@@ -13,6 +13,7 @@
 #include "profile/profile.h"
 #include "target/modules.h"
 #include "output/outfile.h"
+#include "output/report_names.h"
 
 enum report_format {
 	REPORT_TEXT = 0,
@@ -119,20 +120,5 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
  * Returns 0 or -errno. */
 int report_render(FILE *out, enum report_format format, bool census, const struct profile *p,
 		  const struct report_meta *m, struct modules *mods);
-
-/* "minor", "major", "custom", "unmarshal" for an enum ch_alloc_kind; "?"
- * out of range. */
-/* "owned", "view" or "mapped": whose data a bigarray site's samples are
- * (profile_site.subtype, CH_BA_* in camlheap.h). */
-const char *report_bigarray_owner(uint64_t ext_flags);
-const char *report_kind_name(unsigned kind);
-
-/* Why a stack walk ended (enum ch_stack_term): "clean", "unknown pc",
- * "read error", "depth limit"; "?" out of range. */
-const char *report_term_name(unsigned term);
-
-/* Human-readable byte count ("1.5 MiB") into buf. */
-const char *report_format_bytes(double bytes, char *buf, size_t len);
-
 
 #endif
