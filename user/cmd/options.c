@@ -1,0 +1,56 @@
+/* options.c -- the option arguments more than one command takes
+ * (options_internal.h): numbers, --format, --value.  Not in main.c: the
+ * unit tests link every user/ object but main.o, options_*.o included.
+ */
+#define _GNU_SOURCE
+#include "cmd/options_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int parse_double(const char *s, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	return errno || end == s || *end ? -1 : 0;
+}
+
+int parse_long(const char *s, long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtol(s, &end, 10);
+	return errno || end == s || *end ? -1 : 0;
+}
+
+int parse_format(const char *arg, enum report_format *f, bool memtrace)
+{
+	static const struct { const char *name; enum report_format f; } names[] = {
+		{ "text", REPORT_TEXT }, { "collapsed", REPORT_COLLAPSED }, { "pprof", REPORT_PPROF },
+		{ "json", REPORT_JSON }, { "svg", REPORT_SVG }, { "memtrace", REPORT_MEMTRACE },
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(arg, names[i].name) && (memtrace || names[i].f != REPORT_MEMTRACE)) {
+			*f = names[i].f;
+			return 0;
+		}
+	return -1;
+}
+
+int parse_value(const char *arg, int *v)
+{
+	if (!strcmp(arg, "alloc"))
+		*v = REPORT_VALUE_ALLOC;
+	else if (!strcmp(arg, "live"))
+		*v = REPORT_VALUE_LIVE;
+	else if (!strcmp(arg, "peak"))
+		*v = REPORT_VALUE_PEAK;
+	else
+		return -1;
+	return 0;
+}

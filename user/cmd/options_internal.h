@@ -1,0 +1,55 @@
+/* options_internal.h -- what the command line's files share: main.c
+ * dispatches to the commands of options_record.c, options_report.c and
+ * options_serve.c, which parse their options with options.c's helpers.
+ * Only for cmd/main.c and cmd/options*.c.
+ */
+#ifndef CH_OPTIONS_INTERNAL_H
+#define CH_OPTIONS_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "output/report.h"
+
+/* Long-only option keys: one numbering for the record, census, top and
+ * report options that share them (the commands' own start at 0x200). */
+enum { OPT_MAX_DEPTH = 0x100, OPT_EXECUTOR, OPT_KEEP_AWAKE, OPT_LIVE, OPT_VALUE, OPT_NO_CENSUS, OPT_MAX_TRACKED, OPT_WAIT_MAJOR,
+       OPT_BY_DOMAIN, OPT_MALLOC, OPT_BUDGET, OPT_SERVE_FD, OPT_INTERVAL, OPT_OUTDIR };
+
+/* ---- options.c: option arguments --------------------------------------- */
+
+/* `s` in whole as a number into *out: strtod (parse_double), or strtol in
+ * base 10 (parse_long).  Returns 0, or -1 when `s` is empty, has anything
+ * after the number or is out of range. */
+int parse_double(const char *s, double *out);
+int parse_long(const char *s, long *out);
+
+/* A --format name into *f: text, collapsed, pprof, json, svg, and
+ * memtrace only if `memtrace` (record writes a recording, report does not).
+ * Returns 0, or -1 for any other name (*f untouched). */
+int parse_format(const char *arg, enum report_format *f, bool memtrace);
+
+/* A --value name into *v: alloc, live or peak (REPORT_VALUE_*).  Returns 0,
+ * or -1 for any other name (*v untouched). */
+int parse_value(const char *arg, int *v);
+
+/* ---- the commands ------------------------------------------------------ */
+
+/* Each parses `camlheap COMMAND ARGS...` (argv[1] is COMMAND, renamed
+ * "camlheap COMMAND" for argp's messages), then runs the command, and
+ * returns the exit status.  Bad options: 2, or argp itself exits with
+ * argp_err_exit_status (main sets it to 2). */
+
+/* options_record.c: `record` (census false), `census` (census true) and
+ * `top` share record.h's options and run. */
+int record_command(int argc, char **argv, bool census);
+int top_command(int argc, char **argv);
+
+/* options_report.c: `report FILE`, `diff A B`. */
+int report_command(int argc, char **argv);
+int diff_command(int argc, char **argv);
+
+/* options_serve.c: `serve`, `status`. */
+int serve_command(int argc, char **argv);
+int status_command(int argc, char **argv);
+
+#endif
