@@ -141,10 +141,12 @@ unit: $(UNIT_BINS) $(BUILD)/tests/fuzz_memtrace
 
 # The memtrace writer and reader against each other (libFuzzer, ASan,
 # UBSan); `make test` runs it on a bounded corpus, `make fuzz` for longer.
-$(BUILD)/tests/fuzz_memtrace: tests/fuzz_memtrace.c user/output/memtrace.c user/output/memtrace.h | $(BUILD)/.deps
+$(BUILD)/tests/fuzz_memtrace: tests/fuzz_memtrace.c user/output/memtrace.c user/output/memtrace_write.c \
+  user/output/memtrace_read.c user/output/memtrace.h user/output/memtrace_internal.h | $(BUILD)/.deps
 	@mkdir -p $(@D)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iuser \
 	  $(shell pkg-config --cflags glib-2.0) -o $@ tests/fuzz_memtrace.c user/output/memtrace.c \
+	  user/output/memtrace_write.c user/output/memtrace_read.c \
 	  $(shell pkg-config --libs glib-2.0)
 
 # OCaml toolchains beyond Debian's (tests/toolchains.py): built once into
