@@ -102,7 +102,7 @@ int recording_load(const char *path, const struct recording_filter *f, struct re
 void recording_loaded_free(struct recording_loaded *l);
 
 /* `camlheap dump-trace FILE`: every event, one line each (the format
- * memtrace.c's writer log uses, CAMLHEAP_TRACE_LOG).  Returns the exit
+ * memtrace_write.c's writer log uses, CAMLHEAP_TRACE_LOG).  Returns the exit
  * status. */
 int recording_dump(const char *path, FILE *out);
 
