@@ -62,12 +62,12 @@ int top_new(const struct top_opts *o, const struct top_source *src, double now, 
 	t->g_samples = g_new0(double, t->H);
 	t->g_heap = g_new0(double, t->H);
 	t->g_rss = g_new0(double, t->H);
-	t->sinfo = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, siteinfo_free);
+	t->sinfo = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, top_siteinfo_free);
 	t->groups = g_hash_table_new(g_str_hash, g_str_equal);
-	t->group_list = g_ptr_array_new_with_free_func(node_free);
-	t->roots = g_ptr_array_new_with_free_func(node_free);
+	t->group_list = g_ptr_array_new_with_free_func(top_node_free);
+	t->roots = g_ptr_array_new_with_free_func(top_node_free);
 	t->hist_nodes = g_ptr_array_new();
-	t->flcache = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, framelabels_free);
+	t->flcache = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, top_framelabels_free);
 	t->strs = g_string_chunk_new(65536);
 	t->rows = g_ptr_array_new();
 	t->sort = o->sort;
@@ -81,10 +81,10 @@ int top_new(const struct top_opts *o, const struct top_source *src, double now, 
 	setlocale(LC_CTYPE, "");
 	t->utf8 = !strcmp(nl_langinfo(CODESET), "UTF-8");
 	if (t->tree_view)
-		build_tree(t);
+		top_build_tree(t);
 	/* refresh 0: the figures at the start, from which the first rates run */
 	t->tick = -1;
-	sample(t, now);
+	top_sample(t, now);
 	if (!o->batch) {
 		SCREEN *scr;
 
@@ -128,7 +128,7 @@ int top_new(const struct top_opts *o, const struct top_source *src, double now, 
 			t->saved_err = dup(STDERR_FILENO);
 			dup2(t->cap_fd, STDERR_FILENO);
 		}
-		draw(t);
+		top_draw(t);
 	}
 	*out = t;
 	return 0;
@@ -149,17 +149,17 @@ int top_refresh(struct top *t, double now)
 	/* frozen: the figures stay (the profile goes on counting; the
 	 * first rates after the thaw cover the frozen time) */
 	if (!t->frozen || !t->tui)
-		sample(t, now);
-	read_captured(t);
+		top_sample(t, now);
+	top_read_captured(t);
 	if (!t->tui) {
-		int ret = print_batch(t);
+		int ret = top_print_batch(t);
 
 		if (ret < 0)
 			return ret;
 	} else {
 		if (!t->frozen)
-			build_rows(t);
-		draw(t);
+			top_build_rows(t);
+		top_draw(t);
 	}
 	return t->o.iterations > 0 && t->tick >= t->o.iterations;
 }
@@ -179,16 +179,16 @@ void top_ended(struct top *t, double now, const char *reason, bool linger, int s
 	if (more && now <= t->times[slot(t, t->tick)])
 		now = t->times[slot(t, t->tick)] + 1e-3;
 	if (more)
-		sample(t, now);
+		top_sample(t, now);
 	if (!t->tui) {
-		read_captured(t);
+		top_read_captured(t);
 		if (more && t->out_err == 0)
-			print_batch(t);
+			top_print_batch(t);
 		return;
 	}
 	t->frozen = false;
-	build_rows(t);
-	draw(t);
+	top_build_rows(t);
+	top_draw(t);
 	if (!linger)
 		return;
 	for (;;) {

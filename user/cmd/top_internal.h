@@ -116,72 +116,72 @@ static inline double to_bytes(const struct top *t, double samples) { return samp
  * inline chain, innermost first, short (file base names) and full, the
  * strings interned in t->strs.  Cached in t->flcache; never NULL, at least
  * one frame. */
-const struct framelabels *frame_labels(struct top *t, uint64_t pc, unsigned alloc_idx);
+const struct framelabels *top_frame_labels(struct top *t, uint64_t pc, unsigned alloc_idx);
 
 /* Free functions of t->flcache's values (struct framelabels), t->sinfo's
  * (struct siteinfo) and of the nodes (struct node, with their subtrees). */
-void framelabels_free(gpointer p);
-void siteinfo_free(gpointer p);
-void node_free(gpointer p);
+void top_framelabels_free(gpointer p);
+void top_siteinfo_free(gpointer p);
+void top_node_free(gpointer p);
 
 /* Build the call tree from the sites seen so far, with the figures of the
  * last refresh (the tree is built when first shown; a no-op after). */
-void build_tree(struct top *t);
+void top_build_tree(struct top *t);
 
 /* A refresh: t->tick goes on by one; read the recorder's status and the
  * profile at `now` (CLOCK_MONOTONIC seconds) into the rows' and the
  * header's figures. */
-void sample(struct top *t, double now);
+void top_sample(struct top *t, double now);
 
 /* Node `n`'s figures at the last refresh, bytes and bytes per second (AGE
  * in seconds, -1 if nothing is live). */
-struct figs figures(const struct top *t, const struct node *n);
+struct figs top_figures(const struct top *t, const struct node *n);
 
 /* Whether tree node `n` shows its children: as the user set it, else
  * open on a filter's match below, in batch mode, at the roots and along
  * single-child chains. */
-bool node_expanded(const struct top *t, const struct node *n);
+bool top_node_expanded(const struct top *t, const struct node *n);
 
 /* t->rows: the rows shown (flat or tree view), filtered and sorted, the
  * selection kept on t->selnode's row where it is still shown. */
-void build_rows(struct top *t);
+void top_build_rows(struct top *t);
 
 /* ---- top_text.c ----------------------------------------------------------- */
 
 /* Bytes `b` (may be negative) in at most 5 characters, binary prefixes,
  * into buf[len]; returns buf. */
-const char *fmt_b(double b, char *buf, size_t len);
+const char *top_fmt_b(double b, char *buf, size_t len);
 
 /* Row `n`'s line of the table into out[len]; `wide` from 2 (all columns,
  * with GROWTH/s and TOTAL) down to -2 (no TREND, no bound): see
  * table_header for the columns. */
-void row_text(const struct top *t, const struct node *n, int wide, char *out, size_t len);
+void top_row_text(const struct top *t, const struct node *n, int wide, char *out, size_t len);
 
 /* The table's column header for rows of width `wide` (as row_text) into
  * out[len]. */
-void table_header(const struct top *t, int wide, char *out, size_t len);
+void top_table_header(const struct top *t, int wide, char *out, size_t len);
 
 /* The four header lines of the last refresh (process and recording; heap,
  * RSS and live bytes; allocation, GC and sample rates; the view), each
  * NUL-terminated, cut at 512 bytes. */
-void header_lines(const struct top *t, char hl[4][512]);
+void top_header_lines(const struct top *t, char hl[4][512]);
 
 /* Print a batch refresh (header, then the table: --rows rows, rebuilt
  * first) to stdout.  Returns 0, or -errno (also kept in t->out_err) if
  * stdout cannot be written. */
-int print_batch(struct top *t);
+int top_print_batch(struct top *t);
 
 /* ---- top_screen.c --------------------------------------------------------- */
 
 /* A message for the bottom line (printf format), shown for 8 seconds. */
-void say(struct top *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void top_sayf(struct top *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Show the last line written to stderr since the last call (stderr goes
  * to t->cap_fd while the screen is ours); a no-op without capture. */
-void read_captured(struct top *t);
+void top_read_captured(struct top *t);
 
 /* Draw the screen: the table, or the detail/help page, and the bottom
  * line (prompt, message or key help).  A no-op in batch mode. */
-void draw(struct top *t);
+void top_draw(struct top *t);
 
 #endif

@@ -67,7 +67,7 @@ static double count_bound(double n, unsigned shift)
 
 static const char *intern(struct top *t, const char *s) { return g_string_chunk_insert_const(t->strs, s); }
 
-const struct framelabels *frame_labels(struct top *t, uint64_t pc, unsigned alloc_idx)
+const struct framelabels *top_frame_labels(struct top *t, uint64_t pc, unsigned alloc_idx)
 {
 	uint64_t key = pc ^ ((uint64_t)alloc_idx << 56);
 	struct framelabels *fl = g_hash_table_lookup(t->flcache, &key);
@@ -109,7 +109,7 @@ const struct framelabels *frame_labels(struct top *t, uint64_t pc, unsigned allo
 	return fl;
 }
 
-void framelabels_free(gpointer p)
+void top_framelabels_free(gpointer p)
 {
 	struct framelabels *fl = p;
 
@@ -133,10 +133,10 @@ static void site_label(struct top *t, const struct profile_site *s, const char *
 								   : "[no OCaml frames: unknown first return address]";
 		return;
 	}
-	const struct framelabels *fl = frame_labels(t, s->stack->frames[0], s->alloc_idx);
+	const struct framelabels *fl = top_frame_labels(t, s->stack->frames[0], s->alloc_idx);
 
 	if (is_pseudo(s->stack->frames[0]) && s->stack->nframes > 1) {
-		const struct framelabels *c = frame_labels(t, s->stack->frames[1], 0);
+		const struct framelabels *c = top_frame_labels(t, s->stack->frames[1], 0);
 		char *a = g_strdup_printf("%s in %s", fl->shortv[0], c->shortv[0]);
 		char *b = g_strdup_printf("%s in %s", fl->fullv[0], c->fullv[0]);
 
@@ -150,7 +150,7 @@ static void site_label(struct top *t, const struct profile_site *s, const char *
 	*fullp = fl->fullv[0];
 }
 
-void siteinfo_free(gpointer p)
+void top_siteinfo_free(gpointer p)
 {
 	struct siteinfo *si = p;
 
@@ -169,7 +169,7 @@ static struct node *node_new(const char *label, const char *full)
 	return n;
 }
 
-void node_free(gpointer p)
+void top_node_free(gpointer p)
 {
 	struct node *n = p;
 
@@ -215,7 +215,7 @@ static struct node *tree_child(struct top *t, struct node *parent, const char *l
 	g_hash_table_insert(*by, (gpointer)full, n);
 	if (parent) {
 		if (!parent->kids)
-			parent->kids = g_ptr_array_new_with_free_func(node_free);
+			parent->kids = g_ptr_array_new_with_free_func(top_node_free);
 		g_ptr_array_add(parent->kids, n);
 	} else {
 		g_ptr_array_add(t->roots, n);
@@ -243,7 +243,7 @@ static struct node *tree_insert(struct top *t, const struct profile_site *s)
 		n = tree_child(t, NULL, li, li);
 	}
 	for (uint32_t i = s->stack->nframes; i-- > 0;) {
-		const struct framelabels *fl = frame_labels(t, s->stack->frames[i], i == 0 ? s->alloc_idx : 0);
+		const struct framelabels *fl = top_frame_labels(t, s->stack->frames[i], i == 0 ? s->alloc_idx : 0);
 
 		for (unsigned j = fl->n; j-- > 0;) {
 			if (n && n->full == fl->fullv[j] && (!n->kids || n->kids->len == 0)) {
@@ -361,7 +361,7 @@ static void tree_hist(struct top *t)
 	}
 }
 
-void build_tree(struct top *t)
+void top_build_tree(struct top *t)
 {
 	GHashTableIter it;
 	gpointer k, v;
@@ -380,7 +380,7 @@ void build_tree(struct top *t)
 	}
 }
 
-void sample(struct top *t, double now)
+void top_sample(struct top *t, double now)
 {
 	struct profile *p = t->src.prof;
 	GHashTableIter it;
@@ -459,7 +459,7 @@ void sample(struct top *t, double now)
 	t->h_sps = dt > 0 ? (t->g_samples[sl] - t->g_samples[sl0]) / dt : 0;
 }
 
-struct figs figures(const struct top *t, const struct node *n)
+struct figs top_figures(const struct top *t, const struct node *n)
 {
 	struct figs f = { 0, 0, 0, 0, -1 };
 	long tick = t->tick;
@@ -491,7 +491,7 @@ static const struct top *cmp_top;
 static int row_cmp(const void *a, const void *b)
 {
 	const struct node *x = *(struct node *const *)a, *y = *(struct node *const *)b;
-	struct figs fx = figures(cmp_top, x), fy = figures(cmp_top, y);
+	struct figs fx = top_figures(cmp_top, x), fy = top_figures(cmp_top, y);
 	double vx = 0, vy = 0;
 	int r;
 
@@ -530,7 +530,7 @@ static bool mark_tree(struct top *t, struct node *n)
 	return n->match || sub;
 }
 
-bool node_expanded(const struct top *t, const struct node *n)
+bool top_node_expanded(const struct top *t, const struct node *n)
 {
 	if (t->filter[0] && n->sub_match && !n->expand_set)
 		return true;
@@ -549,7 +549,7 @@ static void add_tree_rows(struct top *t, struct node *n, bool anc_match)
 		return;
 	ensure_hist(t, n);
 	g_ptr_array_add(t->rows, n);
-	if (!n->kids || !node_expanded(t, n))
+	if (!n->kids || !top_node_expanded(t, n))
 		return;
 	struct node **kids = g_memdup2(n->kids->pdata, n->kids->len * sizeof(void *));
 
@@ -559,7 +559,7 @@ static void add_tree_rows(struct top *t, struct node *n, bool anc_match)
 	g_free(kids);
 }
 
-void build_rows(struct top *t)
+void top_build_rows(struct top *t)
 {
 	g_ptr_array_set_size(t->rows, 0);
 	if (!t->tree_view) {

@@ -25,7 +25,7 @@ enum { PROMPT_FILTER, PROMPT_PPROF, PROMPT_MEMTRACE };
 
 /* ---- interactive ------------------------------------------------------------- */
 
-void say(struct top *t, const char *fmt, ...)
+void top_sayf(struct top *t, const char *fmt, ...)
 {
 	va_list ap;
 	struct timespec m;
@@ -40,11 +40,11 @@ void say(struct top *t, const char *fmt, ...)
 void top_say(struct top *t, const char *msg)
 {
 	if (t->tui)
-		say(t, "%s", msg);
+		top_sayf(t, "%s", msg);
 }
 
 /* What was written to stderr since the last look: keep its last line. */
-void read_captured(struct top *t)
+void top_read_captured(struct top *t)
 {
 	char buf[4096];
 	ssize_t n;
@@ -63,7 +63,7 @@ void read_captured(struct top *t)
 		start = start ? start + 1 : buf;
 		if (*start) {
 			snprintf(t->cap_last, sizeof(t->cap_last), "%s", start);
-			say(t, "%s", t->cap_last);
+			top_sayf(t, "%s", t->cap_last);
 		}
 	}
 }
@@ -233,7 +233,7 @@ static void draw_detail(struct top *t)
 	refresh();
 }
 
-void draw(struct top *t)
+void top_draw(struct top *t)
 {
 	char hl[4][512], line[8192];
 	int y, body, growth;
@@ -253,14 +253,14 @@ void draw(struct top *t)
 		refresh();
 		return;
 	}
-	header_lines(t, hl);
+	top_header_lines(t, hl);
 	put_fields(0, hl[0], A_BOLD);
 	for (y = 1; y < 4; y++)
 		put_fields(y, hl[y], 0);
 	/* the name column keeps at least ~17 characters: narrower
 	 * terminals lose TREND, then the bound */
 	growth = COLS >= 110 ? 2 : COLS >= 100 ? 1 : COLS >= 70 ? 0 : COLS >= 55 ? -1 : -2;
-	table_header(t, growth, line, sizeof(line));
+	top_table_header(t, growth, line, sizeof(line));
 	put_line(4, line, A_REVERSE);
 	body = LINES - 6;
 	if (t->sel >= (long)t->rows->len)
@@ -272,7 +272,7 @@ void draw(struct top *t)
 	if (t->scroll < 0)
 		t->scroll = 0;
 	for (y = 0; y < body && t->scroll + y < (long)t->rows->len; y++) {
-		row_text(t, t->rows->pdata[t->scroll + y], growth, line, sizeof(line));
+		top_row_text(t, t->rows->pdata[t->scroll + y], growth, line, sizeof(line));
 		put_line(5 + y, line, t->scroll + y == t->sel ? A_REVERSE : 0);
 	}
 	if (!t->rows->len)
@@ -358,9 +358,9 @@ static void open_detail(struct top *t, struct node *g)
 		g_ptr_array_add(t->dlines, g_strdup(""));
 		g_ptr_array_add(t->dlines,
 				g_strdup_printf("#%u  %s heap: %s allocated since attach (%llu samples), %s live", i + 1,
-						report_kind_name(s->kind), fmt_b(to_bytes(t, (double)s->samples), b1, sizeof(b1)),
+						report_kind_name(s->kind), top_fmt_b(to_bytes(t, (double)s->samples), b1, sizeof(b1)),
 						(unsigned long long)s->samples,
-						fmt_b(to_bytes(t, (double)s->live_samples), b2, sizeof(b2))));
+						top_fmt_b(to_bytes(t, (double)s->live_samples), b2, sizeof(b2))));
 		if (!s->stack) {
 			g_ptr_array_add(t->dlines, g_strdup("    [stack frames lost]"));
 			continue;
@@ -370,7 +370,7 @@ static void open_detail(struct top *t, struct node *g)
 
 		for (uint32_t f = 0; f <= s->stack->nframes; f++) {
 			const struct framelabels *fl = f < s->stack->nframes
-				? frame_labels(t, s->stack->frames[f], f == 0 ? s->alloc_idx : 0) : NULL;
+				? top_frame_labels(t, s->stack->frames[f], f == 0 ? s->alloc_idx : 0) : NULL;
 
 			for (unsigned j = 0; j < (fl ? fl->n : 1); j++) {
 				const char *cur = fl ? fl->fullv[j] : NULL;
@@ -425,22 +425,22 @@ static void prompt_done(struct top *t, bool accept)
 	if (t->pkind == PROMPT_FILTER) {
 		if (!accept)
 			snprintf(t->filter, sizeof(t->filter), "%s", t->pold);
-		build_rows(t);
+		top_build_rows(t);
 		return;
 	}
 	if (!accept || !t->pbuf[0]) {
-		say(t, "nothing written");
+		top_sayf(t, "nothing written");
 		return;
 	}
 	msg[0] = 0;
 	ret = t->src.write_profile ? t->src.write_profile(t->src.ctx, t->pkind == PROMPT_MEMTRACE, t->pbuf, msg, sizeof(msg))
 				   : -ENOTSUP;
 	if (ret < 0 && msg[0])
-		say(t, "%s", msg);
+		top_sayf(t, "%s", msg);
 	else if (ret < 0)
-		say(t, "cannot write %s: %s", t->pbuf, strerror(-ret));
+		top_sayf(t, "cannot write %s: %s", t->pbuf, strerror(-ret));
 	else
-		say(t, "wrote %s (%s)", t->pbuf,
+		top_sayf(t, "wrote %s (%s)", t->pbuf,
 		    t->pkind == PROMPT_MEMTRACE ? "camlheap report FILE, memtrace_viewer" : "go tool pprof FILE");
 }
 
@@ -457,7 +457,7 @@ static void start_prompt(struct top *t, int kind)
 		t->pcur = strlen(t->pbuf);
 		if (kind == PROMPT_MEMTRACE && t->st.memtrace_off) {
 			t->mode = MODE_MAIN;
-			say(t, "no memtrace: %s", t->st.memtrace_off);
+			top_sayf(t, "no memtrace: %s", t->st.memtrace_off);
 		}
 	}
 }
@@ -509,7 +509,7 @@ static void key_prompt(struct top *t, int c)
 	}
 	if (t->pkind == PROMPT_FILTER) {
 		snprintf(t->filter, sizeof(t->filter), "%s", t->pbuf);
-		build_rows(t);
+		top_build_rows(t);
 	}
 }
 
@@ -540,7 +540,7 @@ static bool key_main(struct top *t, int c)
 	case KEY_END: move_sel(t, (long)t->rows->len); break;
 	case 't':
 		t->tree_view = !t->tree_view;
-		build_tree(t);
+		top_build_tree(t);
 		t->selnode = NULL;
 		break;
 	case '\n': case '\r': case KEY_ENTER:
@@ -549,7 +549,7 @@ static bool key_main(struct top *t, int c)
 		if (!t->tree_view)
 			open_detail(t, n);
 		else if (n->kids && n->kids->len) {
-			n->expanded = !node_expanded(t, n);
+			n->expanded = !top_node_expanded(t, n);
 			n->expand_set = true;
 		}
 		break;
@@ -560,7 +560,7 @@ static bool key_main(struct top *t, int c)
 		break;
 	case KEY_LEFT: case '-':
 		if (t->tree_view && n) {
-			if (n->kids && n->kids->len && node_expanded(t, n)) {
+			if (n->kids && n->kids->len && top_node_expanded(t, n)) {
 				n->expanded = false;
 				n->expand_set = true;
 			} else if (n->parent) {
@@ -584,7 +584,7 @@ static bool key_main(struct top *t, int c)
 	case 27: t->filter[0] = 0; break;
 	case 'f': case 'z': case 'Z':
 		t->frozen = !t->frozen;
-		say(t, t->frozen ? "display frozen (sampling goes on): f to thaw" : "display thawed");
+		top_sayf(t, t->frozen ? "display frozen (sampling goes on): f to thaw" : "display thawed");
 		break;
 	case 'w': start_prompt(t, PROMPT_PPROF); break;
 	case 'm': start_prompt(t, PROMPT_MEMTRACE); break;
@@ -631,10 +631,10 @@ bool top_keys(struct top *t)
 			quit = key_main(t, c);
 		}
 		if (!quit && t->mode == MODE_MAIN)
-			build_rows(t);
+			top_build_rows(t);
 	}
 	if (!quit)
-		draw(t);
+		top_draw(t);
 	return quit;
 }
 
@@ -647,5 +647,5 @@ void top_resize(struct top *t)
 	if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row && ws.ws_col)
 		resizeterm(ws.ws_row, ws.ws_col);
 	clear();
-	draw(t);
+	top_draw(t);
 }

@@ -22,7 +22,7 @@ static const char *const col_names[TOP_SORT__COUNT] = { "ALLOC/s", "LIVE", "GROW
 /* ---- formatting ------------------------------------------------------ */
 
 /* Bytes in at most 5 characters, binary prefixes: "999B", "12.3K", "1023M". */
-const char *fmt_b(double b, char *buf, size_t len)
+const char *top_fmt_b(double b, char *buf, size_t len)
 {
 	static const char units[] = "BKMGTP";
 	int u = 0;
@@ -99,7 +99,7 @@ static void row_name(const struct top *t, const struct node *n, char *out, size_
 	}
 	unsigned ind = n->depth < MAX_INDENT ? n->depth : MAX_INDENT;
 	const char *mark = !n->kids || !n->kids->len ? "  "
-			   : node_expanded(t, n)     ? (t->utf8 ? "\u25be " : "- ")
+			   : top_node_expanded(t, n)     ? (t->utf8 ? "\u25be " : "- ")
 						     : (t->utf8 ? "\u25b8 " : "+ ");
 	char reps[32] = "";
 
@@ -111,16 +111,16 @@ static void row_name(const struct top *t, const struct node *n, char *out, size_
 /* One table row: "ALLOC/s ±95% LIVE [GROWTH/s] TREND AGE [TOTAL] NAME"
  * (`wide` 1: with GROWTH/s, 2: and TOTAL, the estimated bytes allocated
  * since attach). */
-void row_text(const struct top *t, const struct node *n, int wide, char *out, size_t len)
+void top_row_text(const struct top *t, const struct node *n, int wide, char *out, size_t len)
 {
-	struct figs f = figures(t, n);
+	struct figs f = top_figures(t, n);
 	char a[16], pm[16], l[16], g[24], age[16], sp[64], name[4096], tot[24] = "";
 	bool growth = wide >= 1;
 
-	fmt_b(f.rate, a, sizeof(a));
-	fmt_b(f.pm, pm, sizeof(pm));
-	fmt_b(f.live, l, sizeof(l));
-	fmt_b(f.growth, g + 1, sizeof(g) - 1);
+	top_fmt_b(f.rate, a, sizeof(a));
+	top_fmt_b(f.pm, pm, sizeof(pm));
+	top_fmt_b(f.live, l, sizeof(l));
+	top_fmt_b(f.growth, g + 1, sizeof(g) - 1);
 	g[0] = f.growth > 0 ? '+' : ' ';
 	fmt_age(f.age, age, sizeof(age));
 	sparkline(t, n, sp, sizeof(sp));
@@ -128,7 +128,7 @@ void row_text(const struct top *t, const struct node *n, int wide, char *out, si
 	if (wide >= 2) {
 		char b[16];
 
-		snprintf(tot, sizeof(tot), " %7s", fmt_b(to_bytes(t, n->stamp == t->tick ? n->alloc : 0), b, sizeof(b)));
+		snprintf(tot, sizeof(tot), " %7s", top_fmt_b(to_bytes(t, n->stamp == t->tick ? n->alloc : 0), b, sizeof(b)));
 	}
 	if (growth)
 		snprintf(out, len, "%7s %s%*s %7s %8s %s %5s%s  %s", a, t->utf8 ? "\u00b1" : "+-", t->utf8 ? 6 : 5, pm,
@@ -143,7 +143,7 @@ void row_text(const struct top *t, const struct node *n, int wide, char *out, si
 		snprintf(out, len, "%7s %7s %5s  %s", a, l, age, name);
 }
 
-void table_header(const struct top *t, int wide, char *out, size_t len)
+void top_table_header(const struct top *t, int wide, char *out, size_t len)
 {
 	/* the bound's column is 7 characters wide ("\u00b1" is one, "+-" two) */
 	const char *pmh = t->utf8 ? "   \u00b195%" : "  +-95%";
@@ -159,7 +159,7 @@ void table_header(const struct top *t, int wide, char *out, size_t len)
 
 /* ---- header -------------------------------------------------------------- */
 
-void header_lines(const struct top *t, char lines[4][512])
+void top_header_lines(const struct top *t, char lines[4][512])
 {
 	char b1[16], b2[16], b3[16], b4[16], b5[16], b6[16], b7[16], up[32];
 	double uptime = t->times[slot(t, t->tick)] - t->t0;
@@ -176,20 +176,20 @@ void header_lines(const struct top *t, char lines[4][512])
 		 t->utf8 ? "\u03bb" : "rate", t->src.prof->rate, budget, t->src.executor ? t->src.executor : "?", up);
 	if (t->st.res_valid)
 		snprintf(lines[1], 512, "Heap %s (%s%s/s)  RSS %s (%s%s/s)  Live %s %s%s (%s%s/s)",
-			 fmt_b(t->g_heap[slot(t, t->tick)], b1, sizeof(b1)), t->h_heap_growth >= 0 ? "+" : "",
-			 fmt_b(isnan(t->h_heap_growth) ? 0 : t->h_heap_growth, b2, sizeof(b2)),
-			 fmt_b(t->g_rss[slot(t, t->tick)], b3, sizeof(b3)), t->h_rss_growth >= 0 ? "+" : "",
-			 fmt_b(isnan(t->h_rss_growth) ? 0 : t->h_rss_growth, b4, sizeof(b4)),
-			 fmt_b(t->h_live, b5, sizeof(b5)), t->utf8 ? "\u00b1" : "+-", fmt_b(t->h_live_pm, b6, sizeof(b6)),
-			 t->h_live_growth >= 0 ? "+" : "", fmt_b(t->h_live_growth, b7, sizeof(b7)));
+			 top_fmt_b(t->g_heap[slot(t, t->tick)], b1, sizeof(b1)), t->h_heap_growth >= 0 ? "+" : "",
+			 top_fmt_b(isnan(t->h_heap_growth) ? 0 : t->h_heap_growth, b2, sizeof(b2)),
+			 top_fmt_b(t->g_rss[slot(t, t->tick)], b3, sizeof(b3)), t->h_rss_growth >= 0 ? "+" : "",
+			 top_fmt_b(isnan(t->h_rss_growth) ? 0 : t->h_rss_growth, b4, sizeof(b4)),
+			 top_fmt_b(t->h_live, b5, sizeof(b5)), t->utf8 ? "\u00b1" : "+-", top_fmt_b(t->h_live_pm, b6, sizeof(b6)),
+			 t->h_live_growth >= 0 ? "+" : "", top_fmt_b(t->h_live_growth, b7, sizeof(b7)));
 	else
-		snprintf(lines[1], 512, "Heap ?  RSS ?  Live %s %s%s (%s%s/s)", fmt_b(t->h_live, b5, sizeof(b5)),
-			 t->utf8 ? "\u00b1" : "+-", fmt_b(t->h_live_pm, b6, sizeof(b6)), t->h_live_growth >= 0 ? "+" : "",
-			 fmt_b(t->h_live_growth, b7, sizeof(b7)));
+		snprintf(lines[1], 512, "Heap ?  RSS ?  Live %s %s%s (%s%s/s)", top_fmt_b(t->h_live, b5, sizeof(b5)),
+			 t->utf8 ? "\u00b1" : "+-", top_fmt_b(t->h_live_pm, b6, sizeof(b6)), t->h_live_growth >= 0 ? "+" : "",
+			 top_fmt_b(t->h_live_growth, b7, sizeof(b7)));
 	if (!t->src.census_on)
 		snprintf(lines[1] + strlen(lines[1]), 512 - strlen(lines[1]), " [no census]");
 	snprintf(lines[2], 512, "Alloc %s/s %s%s  GC %.1f minor/s %.2f major/s  Samples %.0f/s  lost %llu",
-		 fmt_b(t->h_rate, b1, sizeof(b1)), t->utf8 ? "\u00b1" : "+-", fmt_b(t->h_pm, b2, sizeof(b2)), t->h_minor,
+		 top_fmt_b(t->h_rate, b1, sizeof(b1)), t->utf8 ? "\u00b1" : "+-", top_fmt_b(t->h_pm, b2, sizeof(b2)), t->h_minor,
 		 t->h_major, t->h_sps, (unsigned long long)t->drops);
 	snprintf(lines[3], 512, "%s view, sort %s%s, rates over %.*f s, trend %.0f s%s%s%s",
 		 t->tree_view ? "tree" : "flat", col_names[t->sort], t->reverse ? " (reversed)" : "", t->h_dt < 9.95 ? 1 : 0,
@@ -200,26 +200,26 @@ void header_lines(const struct top *t, char lines[4][512])
 /* ---- batch ----------------------------------------------------------------- */
 
 /* Returns 0, or -errno if stdout cannot be written (a closed pipe, a full disk). */
-int print_batch(struct top *t)
+int top_print_batch(struct top *t)
 {
 	char hl[4][512], line[8192];
 	char stamp[32];
 	time_t now = time(NULL);
 	struct tm tm;
 
-	build_rows(t);
+	top_build_rows(t);
 	localtime_r(&now, &tm);
 	strftime(stamp, sizeof(stamp), "%H:%M:%S", &tm);
-	header_lines(t, hl);
+	top_header_lines(t, hl);
 	printf("camlheap top - %s - refresh %ld - %s\n", stamp, t->tick, hl[0]);
 	for (int i = 1; i < 4; i++)
 		printf("%s\n", hl[i]);
 	if (t->ended)
 		printf("Ended: %s\n", t->end_reason);
-	table_header(t, 2, line, sizeof(line));
+	top_table_header(t, 2, line, sizeof(line));
 	printf("\n%s\n", line);
 	for (guint i = 0; i < t->rows->len && (t->o.rows == 0 || i < (guint)t->o.rows); i++) {
-		row_text(t, t->rows->pdata[i], 2, line, sizeof(line));
+		top_row_text(t, t->rows->pdata[i], 2, line, sizeof(line));
 		printf("%s\n", line);
 	}
 	printf("\n");

@@ -241,8 +241,99 @@ fail:
 	return ret;
 }
 
-int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
-		   const char *exe, const char *exe_name, char *err, size_t errlen)
+/* The process's entry in `procs`: where its runtime keeps what the BPF
+ * side reads (rt, at load_bias), what it samples, and its first
+ * countdown.  Returns 0 or -errno (err set). */
+static int sampler_register(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
+			    struct ch_proc *proc, char *err, size_t errlen)
+{
+	__u32 key = pid;
+	uint64_t first, seed = 0;
+
+	*proc = (struct ch_proc){
+		.load_bias = load_bias,
+		.caml_state_sym = rt->caml_state_sym,
+		.young_limit_off = rt->young_limit_off,
+		.young_ptr_off = rt->young_ptr_off,
+		.something_to_do_sym = rt->something_to_do_sym,
+		.memprof_trigger_sym = rt->memprof_trigger_sym,
+		.final_todo_sym = rt->final_todo_sym,
+		.minor_on = rt->minor_ok && s->executor != CH_EXEC_OBSERVE,
+		.minor_observe = rt->minor_ok && s->executor == CH_EXEC_OBSERVE && s->minor_from_memprof,
+		.census_on = rt->census_ok && s->census,
+		.ocaml5 = rt->major == 5,
+		.first_frame = rt->frame_pointers ? 16 : 8,
+		.tls_state_off = rt->tls_state_off,
+		.minor_count_sym = rt->minor_count_sym,
+		.major_count_sym = rt->major_count_sym,
+		.compact_count_sym = rt->compact_count_sym,
+		.dom_id_off = rt->dom_id_off,
+		.memprof_trig_off = rt->memprof_trig_off,
+		.heap_state_sym = rt->heap_state_sym,
+		.major_cap = s->max_tracked,
+		.ba_ops_sym = rt->ba_ops_sym,
+	};
+
+	/* next_sample_words is the 0-based index of the next sampled word, so
+	 * it starts at rand_geom() - 1 (memprof.c does the same); a
+	 * one-stratum pool is one plain draw. */
+	if (getentropy(&seed, sizeof(seed)) < 0)
+		seed = (uint64_t)pid;
+	sampler_fill_geom_pool(&first, 1, s->rate, seed);
+	proc->next_sample_words = (__s64)first - 1;
+	if (s->malloc_on) {
+		for (unsigned i = 0; i < s->mp.n_rt_mem; i++) {
+			proc->rt_mem_lo[i] = s->mp.rt_mem_lo[i];
+			proc->rt_mem_hi[i] = s->mp.rt_mem_hi[i];
+		}
+		if (s->mp.mmap_vaddr) {
+			proc->libc_mmap_vaddr = s->mp.mmap_vaddr;
+			proc->libc_text_lo = s->mp.libc_text_lo;
+			proc->libc_text_hi = s->mp.libc_text_hi;
+		}
+	}
+	if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.procs), &key, proc, BPF_ANY) < 0) {
+		snprintf(err, errlen, "cannot register PID %d with the sampler: %s", pid, strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+/* The order the runtime's probes are attached in, into order[]; returns
+ * their count.  The collection hooks first: a block is followed only once
+ * every collection it can meet is seen (a compaction or minor collection
+ * missed while attaching would leave its address meaningless). */
+static int sampler_probe_order(int order[OCAML_PROBE__COUNT])
+{
+	int norder = 0;
+
+	for (int i = OCAML_PROBE_MINOR_UPDATE; i <= OCAML_PROBE_COMPACTION; i++)
+		order[norder++] = i;
+	for (int i = OCAML_PROBE_MINOR5; i <= OCAML_PROBE_COMPACT5; i++)
+		order[norder++] = i;
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
+		if ((i < OCAML_PROBE_MINOR_UPDATE || i > OCAML_PROBE_COMPACTION) &&
+		    (i < OCAML_PROBE_MINOR5 || i > OCAML_PROBE_COMPACT5))
+			order[norder++] = i;
+	/* a uretprobe's return half must be in place before its entry half
+	 * can fire (CUSTOM_MEM keeps state for CUSTOM_MEM_RET): returns last
+	 * is wrong, entries last is right */
+	for (int a = 0; a < norder; a++)
+		if (order[a] == OCAML_PROBE_CUSTOM_MEM) {
+			for (int b = a; b + 1 < norder; b++)
+				order[b] = order[b + 1];
+			order[norder - 1] = OCAML_PROBE_CUSTOM_MEM;
+			break;
+		}
+	return norder;
+}
+
+/* The runtime's uprobes on `exe` (its name for messages: exe_name), in
+ * sampler_probe_order's order, those the plan and `proc` call for.
+ * Returns 0 or -errno (err set, every link detached). */
+static int sampler_attach_runtime(struct sampler *s, pid_t pid, const struct ocaml_runtime *rt,
+				  const struct ch_proc *proc, const char *exe, const char *exe_name, char *err,
+				  size_t errlen)
 {
 	struct bpf_program *progs[OCAML_PROBE__COUNT] = {
 		[OCAML_PROBE_TRACK_ALLOC_SHR] = s->skel->progs.on_track_alloc_shr,
@@ -277,108 +368,22 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		[OCAML_PROBE_CYCLE5] = s->skel->progs.on_cycle5,
 		[OCAML_PROBE_COMPACT5] = s->skel->progs.on_compaction5,
 	};
-	struct ch_proc proc = {
-		.load_bias = load_bias,
-		.caml_state_sym = rt->caml_state_sym,
-		.young_limit_off = rt->young_limit_off,
-		.young_ptr_off = rt->young_ptr_off,
-		.something_to_do_sym = rt->something_to_do_sym,
-		.memprof_trigger_sym = rt->memprof_trigger_sym,
-		.final_todo_sym = rt->final_todo_sym,
-		.minor_on = rt->minor_ok && s->executor != CH_EXEC_OBSERVE,
-		.minor_observe = rt->minor_ok && s->executor == CH_EXEC_OBSERVE && s->minor_from_memprof,
-		.census_on = rt->census_ok && s->census,
-		.ocaml5 = rt->major == 5,
-		.first_frame = rt->frame_pointers ? 16 : 8,
-		.tls_state_off = rt->tls_state_off,
-		.minor_count_sym = rt->minor_count_sym,
-		.major_count_sym = rt->major_count_sym,
-		.compact_count_sym = rt->compact_count_sym,
-		.dom_id_off = rt->dom_id_off,
-		.memprof_trig_off = rt->memprof_trig_off,
-		.heap_state_sym = rt->heap_state_sym,
-		.major_cap = s->max_tracked,
-		.ba_ops_sym = rt->ba_ops_sym,
-	};
-	struct bpf_program *mprogs[CH_MFN__COUNT] = {
-		[CH_MFN_MALLOC] = s->skel->progs.on_malloc,
-		[CH_MFN_CALLOC] = s->skel->progs.on_calloc,
-		[CH_MFN_REALLOC] = s->skel->progs.on_realloc,
-		[CH_MFN_POSIX_MEMALIGN] = s->skel->progs.on_posix_memalign,
-		[CH_MFN_ALIGNED_ALLOC] = s->skel->progs.on_aligned_alloc,
-		[CH_MFN_MEMALIGN] = s->skel->progs.on_memalign,
-		[CH_MFN_MMAP] = s->skel->progs.on_mmap,
-		[CH_MFN_FREE] = s->skel->progs.on_free,
-		[CH_MFN_MUNMAP] = s->skel->progs.on_free,
-	};
-	int order[OCAML_PROBE__COUNT], norder = 0;
-	__u32 key = pid;
-	uint64_t first, seed = 0;
+	int order[OCAML_PROBE__COUNT], norder = sampler_probe_order(order);
 
-	/* next_sample_words is the 0-based index of the next sampled word, so
-	 * it starts at rand_geom() - 1 (memprof.c does the same); a
-	 * one-stratum pool is one plain draw. */
-	if (getentropy(&seed, sizeof(seed)) < 0)
-		seed = (uint64_t)pid;
-	sampler_fill_geom_pool(&first, 1, s->rate, seed);
-	proc.next_sample_words = (__s64)first - 1;
-	if (s->malloc_on) {
-		for (unsigned i = 0; i < s->mp.n_rt_mem; i++) {
-			proc.rt_mem_lo[i] = s->mp.rt_mem_lo[i];
-			proc.rt_mem_hi[i] = s->mp.rt_mem_hi[i];
-		}
-		if (s->mp.mmap_vaddr) {
-			proc.libc_mmap_vaddr = s->mp.mmap_vaddr;
-			proc.libc_text_lo = s->mp.libc_text_lo;
-			proc.libc_text_hi = s->mp.libc_text_hi;
-		}
-	}
-	if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.procs), &key, &proc, BPF_ANY) < 0) {
-		snprintf(err, errlen, "cannot register PID %d with the sampler: %s", pid, strerror(errno));
-		return -errno;
-	}
-	s->exec_link = bpf_program__attach(s->skel->progs.on_exec);
-	if (!s->exec_link) {
-		int e = errno;
-
-		snprintf(err, errlen, "cannot attach to the sched_process_exec tracepoint: %s", strerror(e));
-		return -e;
-	}
-	/* The collection hooks first: a block is followed only once every
-	 * collection it can meet is seen (a compaction or minor collection
-	 * missed while attaching would leave its address meaningless). */
-	for (int i = OCAML_PROBE_MINOR_UPDATE; i <= OCAML_PROBE_COMPACTION; i++)
-		order[norder++] = i;
-	for (int i = OCAML_PROBE_MINOR5; i <= OCAML_PROBE_COMPACT5; i++)
-		order[norder++] = i;
-	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
-		if ((i < OCAML_PROBE_MINOR_UPDATE || i > OCAML_PROBE_COMPACTION) &&
-		    (i < OCAML_PROBE_MINOR5 || i > OCAML_PROBE_COMPACT5))
-			order[norder++] = i;
-	/* a uretprobe's return half must be in place before its entry half
-	 * can fire (CUSTOM_MEM keeps state for CUSTOM_MEM_RET): returns last
-	 * is wrong, entries last is right */
-	for (int a = 0; a < norder; a++)
-		if (order[a] == OCAML_PROBE_CUSTOM_MEM) {
-			for (int b = a; b + 1 < norder; b++)
-				order[b] = order[b + 1];
-			order[norder - 1] = OCAML_PROBE_CUSTOM_MEM;
-			break;
-		}
 	for (int k = 0; k < norder; k++) {
 		int i = order[k];
 		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = rt->probes[i].retprobe);
 
 		if (!rt->probes[i].present)
 			continue;
-		if (i >= OCAML_PROBE_DISPATCH && i <= OCAML_PROBE_REARM_PENDING && !proc.minor_on)
+		if (i >= OCAML_PROBE_DISPATCH && i <= OCAML_PROBE_REARM_PENDING && !proc->minor_on)
 			continue;
-		if ((i == OCAML_PROBE_TRACK_YOUNG || i == OCAML_PROBE_SAMPLE_YOUNG5) && !proc.minor_observe)
+		if ((i == OCAML_PROBE_TRACK_YOUNG || i == OCAML_PROBE_SAMPLE_YOUNG5) && !proc->minor_observe)
 			continue;
-		if (i >= OCAML_PROBE_DISPATCH5 && i <= OCAML_PROBE_RESET_LIMIT && !proc.minor_on)
+		if (i >= OCAML_PROBE_DISPATCH5 && i <= OCAML_PROBE_RESET_LIMIT && !proc->minor_on)
 			continue;
 		if (((i >= OCAML_PROBE_MINOR_UPDATE && i <= OCAML_PROBE_COMPACTION) ||
-		     (i >= OCAML_PROBE_MINOR5 && i <= OCAML_PROBE_COMPACT5)) && !proc.census_on)
+		     (i >= OCAML_PROBE_MINOR5 && i <= OCAML_PROBE_COMPACT5)) && !proc->census_on)
 			continue;
 		s->links[i] = bpf_program__attach_uprobe_opts(progs[i], pid, exe, rt->probes[i].file_offset, &opts);
 		if (!s->links[i]) {
@@ -395,6 +400,25 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		if (getenv("CAMLHEAP_ATTACH_DELAY_MS"))
 			usleep((useconds_t)atoi(getenv("CAMLHEAP_ATTACH_DELAY_MS")) * 1000);
 	}
+	return 0;
+}
+
+/* --malloc: libc's uprobes.  Returns 0 or -errno (err set, every link
+ * detached). */
+static int sampler_attach_malloc(struct sampler *s, pid_t pid, char *err, size_t errlen)
+{
+	struct bpf_program *mprogs[CH_MFN__COUNT] = {
+		[CH_MFN_MALLOC] = s->skel->progs.on_malloc,
+		[CH_MFN_CALLOC] = s->skel->progs.on_calloc,
+		[CH_MFN_REALLOC] = s->skel->progs.on_realloc,
+		[CH_MFN_POSIX_MEMALIGN] = s->skel->progs.on_posix_memalign,
+		[CH_MFN_ALIGNED_ALLOC] = s->skel->progs.on_aligned_alloc,
+		[CH_MFN_MEMALIGN] = s->skel->progs.on_memalign,
+		[CH_MFN_MMAP] = s->skel->progs.on_mmap,
+		[CH_MFN_FREE] = s->skel->progs.on_free,
+		[CH_MFN_MUNMAP] = s->skel->progs.on_free,
+	};
+
 	/* --malloc: every return probe before any entry probe, so that a
 	 * pending call always meets its return */
 	for (unsigned k = 0; s->malloc_on && k < 2 * CH_MFN__COUNT; k++) {
@@ -418,6 +442,27 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		}
 	}
 	return 0;
+}
+
+int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
+		   const char *exe, const char *exe_name, char *err, size_t errlen)
+{
+	struct ch_proc proc;
+	int ret = sampler_register(s, pid, load_bias, rt, &proc, err, errlen);
+
+	if (ret < 0)
+		return ret;
+	s->exec_link = bpf_program__attach(s->skel->progs.on_exec);
+	if (!s->exec_link) {
+		int e = errno;
+
+		snprintf(err, errlen, "cannot attach to the sched_process_exec tracepoint: %s", strerror(e));
+		return -e;
+	}
+	ret = sampler_attach_runtime(s, pid, rt, &proc, exe, exe_name, err, errlen);
+	if (ret < 0)
+		return ret;
+	return sampler_attach_malloc(s, pid, err, errlen);
 }
 
 int sampler_kernel_write_allowed(void)

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "target/frametable.h"
+#include "target/releases.h"
 
 /* Sanity bounds: a table larger than this is a misparse, not a program. */
 #define FRAMETABLE_MAX_TABLES (1u << 20)
@@ -189,7 +190,7 @@ int frametable_load(const struct elf_image *img, struct frametable **out)
 		int major, minor;
 
 		ft->dbg52 = elf_image_find_ocaml_version(img, v, sizeof(v)) == 0 && sscanf(v, "%d.%d", &major, &minor) == 2 &&
-			    (major > 5 || (major == 5 && minor >= 2));
+			    ocaml_release_debuginfo52(major, minor);
 	}
 
 	/* caml_frametable is a NULL-terminated array of table pointers, built

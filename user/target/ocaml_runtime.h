@@ -72,7 +72,7 @@ struct ocaml_probe_point {
 	bool retprobe;         /* a uretprobe on the function (vaddr is its entry) */
 };
 
-struct ocaml_release; /* ocaml_runtime.c: what camlheap knows of a release line */
+struct ocaml_release; /* releases.h: what camlheap knows of a release line */
 
 struct ocaml_runtime {
 	char version[32];      /* "4.13.1" */

@@ -1,0 +1,147 @@
+/* record_internal.h -- what record.c (the stages of a recording) and
+ * record_intake.c (what runs while the target runs) share: not part of
+ * record.h.
+ */
+#ifndef CH_RECORD_INTERNAL_H
+#define CH_RECORD_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "camlheap.h"
+#include "cmd/record.h"
+#include "cmd/serve.h"
+#include "cmd/top.h"
+#include "collect/resident.h"
+#include "output/report.h"
+#include "profile/profile.h"
+#include "target/target.h"
+
+struct sampler;
+struct ptexec;
+struct recording;
+
+/* The state of a recording while the target runs. */
+struct intake {
+	struct profile *prof;
+	struct recording *rec;  /* the recording file being written, or NULL */
+	struct modules *mods;
+	struct sampler *smp;
+	pid_t pid;
+	bool rescan; /* a plugin registered frame tables: read the mappings again */
+	bool exec;   /* the target called exec */
+	/* the target's resident memory, read every RESIDENT_PERIOD_S */
+	const struct ocaml_runtime *rt;
+	uint64_t bias;
+	struct resident res;
+	uint64_t res_live[CH_KIND__COUNT]; /* the profile's live samples by kind at that reading */
+	const char *malloc_libc;  /* --malloc in launch mode: the libc probed, checked once the program maps one */
+	bool libc_checked;
+	char libc_warning[8400];  /* set if the program loaded another libc */
+	bool res_valid;
+	double next_res;
+	/* set before the intake loop: what snapshots need */
+	struct target *t;
+	const struct record_opts *o;
+	struct report_meta *meta;
+	double t_attached;
+	struct ptexec *px;
+	/* --budget: samples kept per second at most */
+	double budget_sps;
+	unsigned shift;            /* in force: samples kept with probability 2^-shift */
+	unsigned max_shift;
+	double shift_s[CH_MAX_RATE_SHIFT + 1]; /* seconds spent at each shift */
+	double shift_since;
+	double win_start;
+	uint64_t win_samples;      /* kept + dropped samples at win_start */
+	int calm_windows;
+	char budget_text[1024];
+	/* serve worker */
+	double next_periodic, next_stats;
+	struct recording *trace;   /* an on-demand recording (`trace` command), or NULL */
+	uint64_t trace_id;
+	double trace_start, trace_end;
+	char trace_path[4096];
+	/* camlheap top */
+	struct top *top;
+	char memtrace_off[256];    /* why the view's memtrace key cannot write (in->rec is NULL) */
+	bool top_quit;
+	int top_refreshes;
+};
+
+/* How often the target's resident set is read, seconds. */
+#define RESIDENT_PERIOD_S 0.1
+
+/* A line to the service (serve.h's protocol), from a service worker only. */
+#define serve_send(in, ...) ((in)->o->serve ? (void)serve_sendf((in)->o->serve_fd, __VA_ARGS__) : (void)0)
+
+/* CLOCK_MONOTONIC now, seconds. */
+static inline double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Read the target's resident set and heap size (resident.h); keep the
+ * reading, and the profile's live samples by kind then, if it worked.
+ * Returns 0 or -errno. */
+int record_read_resident(struct intake *in);
+
+/* The sampler's callback (sampler.h sampler_event_fn; ctx: the intake):
+ * one event into the profile and the recording files. */
+void record_on_event(void *ctx, const struct ch_sample_event *ev, size_t size);
+
+/* modules_scan's callback (ctx: the sampler): a new plugin's frame
+ * descriptors into the unwinder's runtime-address map. */
+void record_on_plugin(void *ctx, const struct module *m);
+
+/* The report header's resident-memory figures from the latest reading
+ * (`now_ok`: it was taken just now). */
+void record_fill_resident(struct report_meta *meta, struct intake *intake, bool now_ok);
+
+/* camlheap's own CPU time (user + system), seconds; its peak RSS in MiB
+ * into *max_rss_mib if not NULL. */
+double record_self_cpu_s(double *max_rss_mib);
+
+/* --budget: the lambdas in force so far, for the report ("1e-05 for 3.0 s,
+ * then ..."), in in->budget_text; NULL without a budget. */
+const char *record_budget_describe(struct intake *in);
+
+/* A service worker's pair of files (heap profile and census) into its
+ * directory, tagged `tag` ("-final" at the end), with `reason`. */
+void record_write_periodic(struct intake *in, const char *tag, const char *reason);
+
+/* End the on-demand recording (`trace` command), if any, and answer the
+ * service. */
+void record_trace_finish(struct intake *in, const char *reason);
+
+/* A service worker's figures to the service, from counters `c` (enum
+ * ch_counter), the sampler and the ptrace executor's stops and service
+ * time (seconds). */
+void record_serve_stats_from(struct intake *in, const uint64_t c[CH_CNT__COUNT], struct sampler *smp, uint64_t stops,
+			     double service_s);
+
+/* camlheap top's callbacks (top.h struct top_source; ctx: the intake). */
+void record_top_status_cb(void *ctx, struct top_status *st);
+int record_top_write_cb(void *ctx, bool memtrace, const char *path, char *msg, size_t len);
+
+/* The intake loop: events, timers, signals and the target's end, until
+ * one ends the recording; why into reason (len bytes). */
+void record_until_stop(const struct record_opts *o, struct target *t, struct sampler *smp, struct intake *in,
+		       int sigfd, int pidfd, int timerfd, char *reason, size_t len);
+
+/* After the recording: wait for the launched command to end, passing on
+ * Ctrl-C and SIGTERM.  Returns true once reaped (its status in *status);
+ * *exit_code is set if camlheap itself must fail. */
+bool record_wait_for_command(pid_t pid, int sigfd, int pidfd, int *status, int *exit_code);
+
+/* Render the report to o->output through a temporary file (outfile.h).
+ * Returns 0 or -errno. */
+int record_write_report(const struct record_opts *o, const struct profile *prof, const struct report_meta *meta,
+			struct target *t);
+
+#endif
