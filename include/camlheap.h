@@ -63,6 +63,28 @@ enum ch_malloc_fn {
 				 * as the whole mapping's end) */
 	CH_MFN__COUNT
 };
+
+#ifndef __bpf__
+/* libc's name of each CH_MFN_ function: the symbol user space probes, and
+ * the name of its pseudo frame (CH_PSEUDO_PC_BASE + fn) in reports; "?"
+ * out of range. */
+static inline const char *ch_malloc_fn_name(unsigned fn)
+{
+	static const char *const names[CH_MFN__COUNT] = {
+		[CH_MFN_MALLOC] = "malloc",
+		[CH_MFN_CALLOC] = "calloc",
+		[CH_MFN_REALLOC] = "realloc",
+		[CH_MFN_POSIX_MEMALIGN] = "posix_memalign",
+		[CH_MFN_ALIGNED_ALLOC] = "aligned_alloc",
+		[CH_MFN_MEMALIGN] = "memalign",
+		[CH_MFN_MMAP] = "mmap",
+		[CH_MFN_FREE] = "free",
+		[CH_MFN_MUNMAP] = "munmap",
+	};
+
+	return fn < CH_MFN__COUNT ? names[fn] : "?";
+}
+#endif
 /* ext_flags bit of a CH_KIND_MALLOC sample: the calling thread was not
  * running OCaml code at the time (a C thread, or a thread inside a blocking
  * section while another one holds the runtime): no OCaml stack. */

@@ -11,23 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *const fn_symbols[CH_MFN__COUNT] = {
-	[CH_MFN_MALLOC] = "malloc",
-	[CH_MFN_CALLOC] = "calloc",
-	[CH_MFN_REALLOC] = "realloc",
-	[CH_MFN_POSIX_MEMALIGN] = "posix_memalign",
-	[CH_MFN_ALIGNED_ALLOC] = "aligned_alloc",
-	[CH_MFN_MEMALIGN] = "memalign",
-	[CH_MFN_MMAP] = "mmap",
-	[CH_MFN_FREE] = "free",
-	[CH_MFN_MUNMAP] = "munmap",
-};
-
-const char *malloc_fn_name(unsigned fn)
-{
-	return fn < CH_MFN__COUNT ? fn_symbols[fn] : "?";
-}
-
 /* Is `base` a libc file name: libc.so.6 or the older libc-2.NN.so? */
 static bool is_libc_name(const char *base)
 {
@@ -320,12 +303,12 @@ static void libc_text(const char *path, uint64_t *lo, uint64_t *hi)
 
 static int plan_fn(const struct elf_image *img, unsigned fn, struct malloc_probe *mp)
 {
-	const struct elf_symbol *sym = elf_image_symbol(img, fn_symbols[fn]);
+	const struct elf_symbol *sym = elf_image_symbol(img, ch_malloc_fn_name(fn));
 	const uint8_t *code;
 	unsigned off = 0;
 
 	memset(mp, 0, sizeof(*mp));
-	mp->symbol = fn_symbols[fn];
+	mp->symbol = ch_malloc_fn_name(fn);
 	if (!sym || !sym->vaddr)
 		return -ENOENT;
 	code = elf_image_data(img, sym->vaddr, 32);

@@ -62,7 +62,4 @@ int malloc_probes_plan(pid_t pid, const struct elf_image *exe, const struct ocam
  * file system, into out.  Returns 0, -ENOENT if none, or -errno. */
 int malloc_probes_mapped_libc(pid_t pid, char *out, size_t len);
 
-/* Name of enum ch_malloc_fn `fn` ("malloc", "mmap", ...), "?" if out of range. */
-const char *malloc_fn_name(unsigned fn);
-
 #endif

@@ -1,7 +1,7 @@
 /* modules.c -- see modules.h. */
 #define _GNU_SOURCE
 #include "target/modules.h"
-#include "collect/malloc_probes.h"
+#include "camlheap.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -239,7 +239,7 @@ int modules_lookup(struct modules *ms, uint64_t pc, unsigned alloc_idx, struct s
 	if (pc >= CH_PSEUDO_PC_BASE && pc < CH_PSEUDO_PC_BASE + CH_MFN__COUNT && max >= 1) {
 		/* --malloc: the probed libc function, the leaf of its samples */
 		memset(out, 0, sizeof(*out));
-		out->function = malloc_fn_name((unsigned)(pc - CH_PSEUDO_PC_BASE));
+		out->function = ch_malloc_fn_name((unsigned)(pc - CH_PSEUDO_PC_BASE));
 		out->file = "libc";
 		return 1;
 	}

@@ -1,0 +1,44 @@
+/* sampler_internal.h -- the sampler's state, shared by sampler.c (load,
+ * attach, ring buffer, detach) and sampler_holder.c (the process that
+ * holds the uprobe links): not part of sampler.h.
+ */
+#ifndef CH_SAMPLER_INTERNAL_H
+#define CH_SAMPLER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "collect/sampler.h"
+
+struct alloc_bpf;
+struct bpf_link;
+struct ring_buffer;
+
+struct sampler {
+	struct alloc_bpf *skel;
+	struct ring_buffer *rb;
+	struct bpf_link *links[OCAML_PROBE__COUNT];
+	struct bpf_link *mlinks[2 * CH_MFN__COUNT]; /* --malloc: return probes, then entry probes */
+	bool malloc_on;
+	struct malloc_probes mp;
+	struct bpf_link *exec_link;
+	sampler_event_fn fn;
+	void *ctx;
+	double rate;
+	enum ch_executor executor;
+	bool minor_from_memprof;
+	bool census;
+	uint32_t max_tracked;     /* major_tracked entries (census) */
+	struct ch_proc last_proc; /* the process's state when sampling stopped */
+	bool last_proc_valid;
+	pid_t last_pid;
+	int holder_fd;          /* write end of the holder's pipe, or -1 */
+};
+
+/* Wait up to 0.5 s until the map of young_trigger loans (the BPF map
+ * trig_loans of bpf/ocaml5/minor.bpf.h, fd `fd`) is empty: every lent value
+ * given back.  Returns the loans still out. */
+int sampler_wait_loans_returned(int fd);
+
+#endif
