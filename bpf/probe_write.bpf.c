@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /* probe_write.bpf.c -- a uprobe program that calls bpf_probe_write_user and
  * is never attached: whether the kernel loads it tells whether the kernel
- * executor can run (kernel lockdown refuses the helper,
- * feasibility-4.13.md §5.1).  Kept apart so that the main object loads on
- * every kernel. */
+ * executor can run (kernel lockdown refuses the helper: kernel/trace/
+ * bpf_trace.c bpf_tracing_func_proto, LOCKDOWN_BPF_WRITE_USER).  Kept apart
+ * so that the main object loads on every kernel. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>

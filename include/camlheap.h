@@ -15,7 +15,7 @@
 /* Stacks are walked with bpf_loop up to this many frames (array size).  The
  * runtime-configurable depth (rodata max_frames) is at most this.  Real
  * ocamlopt.opt stacks reach 376+ frames and exceed 512 on format.ml
- * (feasibility-4.13.md §1.4). */
+ * (measured with Debian's 4.13.1 ocamlopt.opt -c). */
 #define CH_MAX_FRAMES 2048
 #define CH_DEFAULT_FRAMES 1024
 
@@ -119,9 +119,8 @@ struct ch_custom_name {
  * no sample follows; user space ends the recording. */
 #define CH_NOTE_EXEC 0x81
 
-/* Fates of tracked sampled blocks (ARCHITECTURE.md §6, ocaml-runtime.md
- * §4): records of type struct ch_fate_event, `kind` at the same offset as
- * in struct ch_sample_event. */
+/* Fates of tracked sampled blocks (README *Census*): records of type struct
+ * ch_fate_event, `kind` at the same offset as in struct ch_sample_event. */
 #define CH_FATE_PROMOTE 0x90    /* minor block promoted: block_addr is its major-heap address */
 #define CH_FATE_DEAD_MINOR 0x91 /* minor block not promoted at a minor collection: dead */
 #define CH_FATE_DEAD_MAJOR 0x92 /* major block white at the start of the clean phase: dead */
@@ -131,7 +130,7 @@ struct ch_custom_name {
 #define CH_FATE_FREED 0x96      /* --malloc: the sampled memory was freed (free, realloc, munmap) */
 #define CH_NOTE_MAJOR_CLEAN 0x9f /* a major cycle reached its clean phase (after its deaths) */
 
-/* Why an in-kernel stack walk ended (ARCHITECTURE.md §5). */
+/* Why an in-kernel stack walk ended (bpf/unwind.bpf.h, README *How it works*). */
 enum ch_stack_term {
 	CH_TERM_CLEAN = 0,      /* reached the last callback context (bottom_of_stack == NULL) */
 	CH_TERM_UNKNOWN_PC = 1, /* a return address with no frame descriptor */
@@ -155,7 +154,7 @@ enum ch_counter {
 	CH_CNT_NEW_STACKS,         /* events that carried their frames (first sight of a stack) */
 	CH_CNT_BAD_STATE,          /* Caml_state unreadable or inconsistent at a hit */
 	CH_CNT_CAPPED,             /* blocks whose samples were capped at 2^23 (huge block, huge rate) */
-	/* Minor heap, channel A (ocaml-runtime.md §2.4) */
+	/* Minor heap, channel A (README *Minor heap*) */
 	CH_CNT_DISPATCH,           /* caml_alloc_small_dispatch calls seen (traps into the runtime) */
 	CH_CNT_MINOR_SAMPLES,      /* minor samples taken (also counted in CH_CNT_SAMPLES) */
 	CH_CNT_MISSED,             /* sample points the program passed without trapping (a lost or late write) */
@@ -165,7 +164,7 @@ enum ch_counter {
 	CH_CNT_WRITES_KERNEL,      /* young_limit writes done in the kernel (bpf_probe_write_user) */
 	CH_CNT_WRITE_SKIPPED,      /* writes not done: an action was pending, or the thread is not ours to stop */
 	CH_CNT_SIGNAL_FAILED,      /* bpf_send_signal_thread failed: the write is lost (costs a missed sample at worst) */
-	/* Census: following sampled blocks to their death (ARCHITECTURE.md §6) */
+	/* Census: following sampled blocks to their death (README *Census*) */
 	CH_CNT_MINOR_UPDATES,      /* caml_memprof_minor_update hits (minor collections seen) */
 	CH_CNT_CLEAN_PHASES,       /* caml_memprof_update_clean_phase hits (major cycles reaching clean) */
 	CH_CNT_COMPACTIONS,        /* caml_memprof_invert_tracked hits (4.x compactions) */
@@ -242,9 +241,9 @@ struct ch_proc {
 	__u32 major_n;
 	__u32 pending_n;            /* major_tracked entries with unsent fate events (ring was full) */
 	__u32 clean_phases;         /* major clean phases seen since attach (numbers the major cycles) */
-	/* OCaml 5 (ocaml-runtime.md §3.4-3.5): where a thread finds its
-	 * domain state, the domain id's offset in it, and the exported GC
-	 * counters (link-time vaddrs). */
+	/* OCaml 5 (runtime/caml/domain_state.tbl, runtime/domain.c): where a
+	 * thread finds its domain state, the domain id's offset in it, and the
+	 * exported GC counters (link-time vaddrs). */
 	__s64 tls_state_off;        /* &caml_state (a TLS pointer) - the thread pointer (%fs base), bytes */
 	__u64 minor_count_sym;      /* `atomic_uintnat caml_minor_collections_count` (minor_gc.c) */
 	__u64 major_count_sym;      /* `atomic_uintnat caml_major_cycles_completed` (major_gc.c) */
@@ -320,7 +319,7 @@ struct ch_fate_event {
 	__u8 pad2[3];
 };
 
-/* Which executor performs the young_limit writes (ARCHITECTURE.md §4.4). */
+/* Which executor performs the young_limit writes (README *Minor heap*). */
 enum ch_executor {
 	CH_EXEC_OBSERVE = 0,  /* none: never write; minor samples only from the program's own Gc.Memprof */
 	CH_EXEC_PTRACE = 1,   /* BPF queues the write per thread and stops the thread with SIGURG */
@@ -418,8 +417,8 @@ struct ch_sample_event {
 #define CH_EVENT_HEADER_BYTES ((unsigned long)&((struct ch_sample_event *)0)->frames)
 
 /* OCaml 4.13/4.14 amd64 `caml_domain_state` offsets (bytes), checked with
- * offsetof against the installed headers (ocaml-runtime.md §3.4;
- * runtime/caml/domain_state.tbl).  4.14 only appends fields. */
+ * offsetof against the installed headers (Debian's 4.13.1
+ * /usr/lib/ocaml/caml/domain_state.{h,tbl}).  4.14 only appends fields. */
 #define CH_OCAML4_YOUNG_LIMIT 0
 #define CH_OCAML4_YOUNG_PTR 8
 /* 4.12 (and 4.10, 4.11) put young_ptr first; every other field read here

@@ -1,6 +1,6 @@
 /* ocaml4/census.bpf.h -- follow every sampled block of an OCaml 4.12-4.14
- * process until the collector frees it (ARCHITECTURE.md §6,
- * ocaml-runtime.md §4).  Included by alloc.bpf.c after census.bpf.h
+ * process until the collector frees it (README *Census*; the runtime's
+ * decision points below).  Included by alloc.bpf.c after census.bpf.h
  * (the major pass both families share); OCaml 5's is ocaml5/census.bpf.h.
  *
  * Sets: `young_tracked` holds the sampled blocks of the current minor
@@ -18,9 +18,10 @@
  *     white block is dead (memprof.c:714-729); blocks allocated or promoted
  *     since are black.
  *   caml_memprof_invert_tracked (compact.c do_compaction): blocks are about
- *     to move; an external tracker cannot follow them (ocaml-runtime.md
- *     §4.3): every tracked major block becomes "relocated", alive then,
- *     location unknown.
+ *     to move; an external tracker cannot follow them (do_compaction
+ *     updates only the pointers it inverts: roots, heap fields, finalisers'
+ *     and memprof's tables): every tracked major block becomes "relocated",
+ *     alive then, location unknown.
  * Fate events a full ring buffer refuses wait in major_tracked
  * (census.bpf.h).
  */

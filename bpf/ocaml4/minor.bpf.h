@@ -1,9 +1,9 @@
 /* ocaml4/minor.bpf.h -- sample the OCaml 4.12-4.14 minor heap from outside the
- * process: channel A of ocaml-runtime.md §2.4, design B of
- * feasibility-4.13.md §4.3.  Included by alloc.bpf.c after minor.bpf.h, the
- * part both families share.
+ * process: channel A (README *Minor heap*), young_limit the only field
+ * written.  Included by alloc.bpf.c after minor.bpf.h, the part both
+ * families share.
  *
- * Model (ARCHITECTURE.md §4.1): every allocated word is sampled with
+ * Model (stdlib/gc.mli, Gc.Memprof): every allocated word is sampled with
  * probability lambda, exactly as Gc.Memprof does.  One sample point P per
  * process and minor cycle (the 4.x minor heap is global): P is the address
  * just above the next sampled word.  To make the program trap when it
@@ -22,14 +22,15 @@
  *     (+0x4c: GCC inlined caml_update_young_limit there, signals.c:260)
  *
  * Writes (only ever young_limit, never caml_memprof_young_trigger, whose
- * write kills a 4.x target whose memprof is off, ocaml-runtime.md §2.3):
+ * write kills a 4.x target whose memprof is off: 4.13.1 runtime/memprof.c
+ * caml_memprof_track_young checks lambda only in a CAMLassert):
  * the value is max(young_trigger, caml_memprof_young_trigger, P), a value
  * the runtime's own formula could produce with P <= young_ptr, and never
  * while caml_something_to_do is set or young_limit is young_alloc_end (a
  * pending action: the runtime's value wins).  The executor (rodata
  * `executor`) performs them: in the kernel (bpf_probe_write_user, only
  * where the kernel allows it), or through a ptrace stop of the thread
- * (ptrace-executor.md), or not at all (observe).
+ * (user/collect/ptexec.h), or not at all (observe).
  */
 #ifndef CH_OCAML4_MINOR_BPF_H
 #define CH_OCAML4_MINOR_BPF_H
@@ -57,7 +58,8 @@ static __always_inline int minor_read_view(struct ch_proc *p, struct minor_view 
 	v->end = f[CH_OCAML4_YOUNG_ALLOC_END / 8];
 	v->young_trigger = f[CH_OCAML4_YOUNG_TRIGGER / 8];
 	/* young_ptr may sit up to one block (257 words) below the heap in the
-	 * middle of an allocation (feasibility-4.13.md §4.7.1) */
+	 * middle of an allocation (4.13.1 runtime/minor_gc.c: dispatch is entered
+	 * with it decremented; Max_young_whsize, runtime/caml/config.h) */
 	if (!(v->start < v->end && v->yp + 257 * 8 >= v->start && v->yp <= v->end && v->young_trigger >= v->start &&
 	      v->young_trigger <= v->end)) {
 		count(CH_CNT_BAD_STATE, 1);
@@ -112,9 +114,10 @@ static __always_inline bool minor_layout_check(struct ch_proc *p, struct minor_v
 
 
 /* A new minor cycle: draw its first sample point from the top of the
- * emptied heap (memoryless, and independent of earlier draws: no bias,
- * feasibility-4.13.md §4.7.2).  On the first hit after attach, draw from
- * young_ptr: earlier words were allocated before camlheap was there. */
+ * emptied heap (memoryless, and independent of earlier draws: no bias, as
+ * 4.13.1 runtime/memprof.c caml_memprof_renew_minor_sample's comment says).
+ * On the first hit after attach, draw from young_ptr: earlier words were
+ * allocated before camlheap was there. */
 static __always_inline void minor_sync_epoch(struct ch_proc *p, struct minor_view *v)
 {
 	if (p->minor_armed && p->minor_epoch == v->epoch)
@@ -176,8 +179,8 @@ static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_vi
 		};
 
 		/* Stop only a thread camlheap traces, and never once camlheap
-		 * is dying (its links outlive its ptrace for ~0.3 s,
-		 * ptrace-e2e-4.13.md §3). */
+		 * is dying (its links outlive its ptrace, ~0.3 s measured:
+		 * kernel/exit.c do_exit runs exit_files before exit_notify). */
 		if (!BPF_CORE_READ(task, ptrace) || BPF_CORE_READ(task, parent, tgid) != tracer_tgid ||
 		    (BPF_CORE_READ(task, parent, flags) & CH_PF_EXITING)) {
 			count(CH_CNT_WRITE_SKIPPED, 1);

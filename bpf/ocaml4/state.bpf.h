@@ -7,7 +7,7 @@
 #ifndef CH_OCAML4_STATE_BPF_H
 #define CH_OCAML4_STATE_BPF_H
 
-/* The offsets are per version (ocaml-runtime.md §3.4): check them on the
+/* The offsets are per version (domain_state.tbl): check them on the
  * live state, young_alloc_start <= young_ptr <= young_alloc_end (young_ptr is
  * current inside the runtime, where every probe sits).  A failure is
  * counted and the stack is not walked, so a wrong table cannot produce

@@ -1,5 +1,5 @@
 /* ocaml5/census.bpf.h -- follow every sampled block of an OCaml 5.1-5.4 process
- * until the collector frees it (ocaml-runtime.md §4).  Included by
+ * until the collector frees it (README *OCaml 5*, Census).  Included by
  * alloc.bpf.c after census.bpf.h, whose major-array pass it shares.
  *
  * Several domains run at once, so:

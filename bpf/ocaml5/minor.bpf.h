@@ -1,5 +1,5 @@
 /* ocaml5/minor.bpf.h -- sample the OCaml 5.1/5.3 minor heaps from outside the
- * process: channel A of ocaml-runtime.md §2.4 per domain, with the ptrace
+ * process: channel A (README *OCaml 5*) per domain, with the ptrace
  * executor holding every other thread of the process stopped around each
  * young_limit write.  Included at the end of alloc.bpf.c (it shares the
  * event path, the geometric pool and minor.bpf.h's Comballoc walk).
@@ -28,8 +28,8 @@
  * write young_limit at all: it lends the domain's young_trigger to
  * caml_reset_young_limit, which publishes the limit itself (see
  * minor5_lend_trigger).  memprof_young_trigger is never written by either
- * (an armed trigger crashes 5.3 without a Gc.Memprof configuration,
- * ocaml-runtime.md §2.3).
+ * (an armed trigger crashes 5.3 without a Gc.Memprof configuration: 5.3
+ * runtime/memprof.c caml_memprof_sample_young only asserts sampling()).
  *
  * Probes (C functions called from C only, so uretprobes are safe):
  *   caml_alloc_small_dispatch entry and return;
@@ -274,10 +274,10 @@ int BPF_KRETPROBE(on_dispatch5_ret)
  * not between the entry and the return of reset, so the loan is seen by
  * reset alone.
  *
- * Why not memprof_young_trigger (channel B of ocaml-runtime.md §2.4): the
+ * Why not write memprof_young_trigger instead (README *OCaml 5*): the
  * runtime reads it again at the end of every dispatch (5.3 minor_gc.c:924)
  * and enters caml_memprof_sample_young, which crashes without a Gc.Memprof
- * configuration (§2.3).  A P armed at a reset inside a dispatch can be
+ * configuration (as above).  A P armed at a reset inside a dispatch can be
  * landed on by that dispatch's redone allocation whenever OCaml code runs
  * between the two (signal handlers, finalisers, a systhread switch, in
  * caml_do_pending_actions_res after its caml_handle_gc_interrupt) and

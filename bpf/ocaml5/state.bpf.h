@@ -9,7 +9,7 @@
 #define CH_OCAML5_STATE_BPF_H
 
 /* OCaml 5: the allocating thread's domain state, read from its TLS
- * `caml_state` (ocaml-runtime.md §3.5): fs base + tls_state_off.  0 if
+ * `caml_state` (5.3 runtime/domain.c): fs base + tls_state_off.  0 if
  * unreadable (a thread outside any domain, or a wrong offset: counted). */
 static __always_inline __u64 ocaml5_dom(struct ch_proc *p)
 {

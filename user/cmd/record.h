@@ -31,7 +31,7 @@ struct record_opts {
 	unsigned max_frames;
 	enum record_executor executor;
 	bool keep_cpus_awake;      /* ptrace executor: SCHED_IDLE spinners keep vCPUs from halting */
-	/* census (ARCHITECTURE.md §6) */
+	/* census (README *Census*) */
 	bool live;                 /* record --live: per-site live and peak in the text report */
 	int value;                 /* enum report_value: what the report ranks / sums */
 	bool format_given;         /* --format was given (else -o FILE writes the recording) */

@@ -1,5 +1,5 @@
-/* ptexec.c -- see ptexec.h.  The protocol is ptrace-executor.md's, as
- * measured there (0 wrong writes in millions of stops). */
+/* ptexec.c -- see ptexec.h.  The protocol was measured before this file
+ * was written: 0 wrong writes in millions of stops. */
 #define _GNU_SOURCE
 #include "collect/ptexec.h"
 

@@ -1,5 +1,5 @@
-/* ptexec.h -- the ptrace write executor (ARCHITECTURE.md §4.4.2,
- * ptrace-executor.md): where the kernel refuses bpf_probe_write_user
+/* ptexec.h -- the ptrace write executor (README *Minor heap*, the executor
+ * table; ptrace(2)): where the kernel refuses bpf_probe_write_user
  * (lockdown), the BPF program queues the young_limit write for the thread
  * that hit the probe (map `write_req`, struct ch_write_req) and sends that
  * thread SIGURG; the thread stops in signal-delivery-stop before it runs

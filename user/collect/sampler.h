@@ -92,7 +92,8 @@ int sampler_drain_fates(struct sampler *s);
  * neither camlheap's exit nor its death waits for that release, and a
  * camlheap killed with -9 is no longer the target's tracer while the links
  * are being released (its threads would sit in their ptrace stops
- * meanwhile, ptrace-e2e-4.13.md §3).  Returns 0, or -errno (the links
+ * meanwhile: kernel/exit.c do_exit runs exit_files, which releases the
+ * links, before exit_notify's exit_ptrace).  Returns 0, or -errno (the links
  * then stay with camlheap). */
 int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen);
 

@@ -1,8 +1,8 @@
 /* memtrace.h -- Jane Street memtrace's trace format, version 3: a writer
  * and a reader in C.
  *
- * Format facts (../shared/design/formats.md §3; memtrace's src/trace.ml,
- * buf.ml, location_codec.ml, backtrace_codec.ml, src/memtrace.tsdl): a
+ * Format facts (memtrace's src/trace.ml, buf.ml, location_codec.ml,
+ * backtrace_codec.ml, src/memtrace.tsdl; docs/recording.md for its use): a
  * trace is a concatenation of CTF packets (68-byte header: magic
  * 0xC1FC1FC1, size in bits, begin/end timestamps in microseconds since the
  * Unix epoch, version, pid, domain, cache verifier, alloc id range), each

@@ -25,7 +25,7 @@ struct pprof_meta {
  * order: alloc_objects/count, alloc_space/bytes, and with the census
  * inuse_objects/count, inuse_space/bytes, all already scaled (unsampled): bytes = samples /
  * lambda * 8, objects = sum over sampled blocks of 1/(1-(1-lambda)^words)
- * (formats.md §4); a site with bytes > 0 has at least one object.  One
+ * (profile_object_weight); a site with bytes > 0 has at least one object.  One
  * Sample per allocation site (location ids innermost first, a `kind`
  * label; a stack whose walk ended early gets an outermost frame
  * "[stack walk ended: <why>]"), one Location per distinct return address (and Comballoc index at

@@ -35,9 +35,9 @@ struct profile_site {
 	uint64_t events;       /* sampled blocks */
 	uint64_t sampled_block_words; /* words of the sampled blocks (not an estimate) */
 	double est_objects;        /* blocks allocated, estimated: sum over sampled blocks of 1/P(sampled)
-				    * = 1/(1-(1-lambda)^words) (formats.md §4, unbias then sum) */
+				    * = 1/(1-(1-lambda)^words) (see profile_object_weight) */
 	double live_est_objects;   /* the same over its blocks alive now */
-	/* Census (sampled blocks followed to their death, ARCHITECTURE.md §6) */
+	/* Census (sampled blocks followed to their death, README *Census*) */
 	uint64_t followed_blocks;  /* sampled blocks with a sample id */
 	uint64_t live_samples;     /* samples of its blocks alive now (incl. relocated/unfollowed) */
 	uint64_t live_blocks;
@@ -138,7 +138,7 @@ int profile_add_fate(struct profile *p, const struct ch_fate_event *f, size_t si
  *  - median_major_age: median over its live blocks of the major
  *    collections completed since their allocation (stat_major_collections
  *    now minus at birth), -1 if none is alive;
- *  - leak analysis (ARCHITECTURE.md §6): the major cycles camlheap saw end
+ *  - leak analysis (README *Census*): the major cycles camlheap saw end
  *    are numbered by clean phase; the blocks born between clean phases j
  *    and j+1 have all been through a complete mark once two more clean
  *    phases passed, so with C clean phases seen, births in intervals
@@ -171,7 +171,8 @@ size_t profile_drop_small_sites(struct profile *p, uint64_t min_samples);
 
 /* 1 / P(a block of `words` words is sampled at least once) =
  * 1/(1-(1-lambda)^words): the number of blocks a sampled block stands for
- * (>= 1).  Source: formats.md §4 (memprof samples each word). */
+ * (>= 1).  Source: Gc.Memprof samples each word, header included, with
+ * probability lambda (4.14 stdlib/gc.mli, module Memprof). */
 double profile_object_weight(const struct profile *p, uint64_t words);
 
 /* The same for a block sampled while an overhead budget kept samples with

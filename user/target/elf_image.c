@@ -2,11 +2,12 @@
  * x86-64 ELF executable, read through libelf from a read-only mapping.
  *
  * Native OCaml executables are linked with -Wl,-E, so every global runtime
- * and OCaml symbol survives `strip` in .dynsym (ocaml-runtime.md §5); the
+ * and OCaml symbol survives `strip` in .dynsym (OCaml's configure.ac
+ * oc_ldflags; Debian's /usr/lib/ocaml/Makefile.config OC_LDFLAGS); the
  * frame tables are data and survive too.  In a PIE their pointers are
  * R_X86_64_RELATIVE relocations whose in-place bytes GNU ld fills with the
- * link-time value but lld leaves 0, so pointers are read through the
- * .rela.dyn addends (feasibility-4.13.md §1.3).
+ * link-time value but lld leaves 0 (its --apply-dynamic-relocs is off by
+ * default, ld.lld(1)), so pointers are read through the .rela.dyn addends.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -128,7 +129,8 @@ static bool elf_image_is_marker(const char *name)
 	/* OCaml emits camlX__code_begin / code_end (4.x) and camlX.code_begin
 	 * (5.1+) at the first and one past the last function of each unit, so
 	 * they alias the first function of a unit and the first function of
-	 * the next one (feasibility-4.13.md §1.2, "Alias symbols"). */
+	 * the next one (4.13.1 asmcomp/amd64/emit.mlp begin_assembly,
+	 * end_assembly). */
 	static const char *const suffixes[] = { "__code_begin", "__code_end", ".code_begin", ".code_end" };
 	size_t n = strlen(name);
 

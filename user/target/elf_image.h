@@ -54,8 +54,8 @@ const struct elf_symbol *elf_image_symbol_nth(const struct elf_image *img, size_
 
 /* File offset of `vaddr` through the PT_LOAD segment that contains it
  * (vaddr - p_vaddr + p_offset).  Uprobes take file offsets, not vaddrs
- * (feasibility-4.13.md §5.7).  Returns 0, or -ERANGE if no segment maps it
- * from the file. */
+ * (kernel/events/uprobes.c uprobe_register(inode, offset, ...)).  Returns 0,
+ * or -ERANGE if no segment maps it from the file. */
 int elf_image_vaddr_to_offset(const struct elf_image *img, uint64_t vaddr, uint64_t *file_off);
 
 /* Page-aligned file offset and vaddr of the first PT_LOAD segment: the

@@ -2,7 +2,7 @@
  * (`caml_frametable`) and decode their debuginfo.
  *
  * Format (4.13.1 runtime/caml/stack.h:91-106, runtime/roots_nat.c:81-100,
- * asmcomp/emitaux.ml:217-281; ocaml-runtime.md §1.6, §3.1-3.2):
+ * asmcomp/emitaux.ml:217-281, runtime/amd64.S caml_system__frametable):
  *   caml_frametable: NULL-terminated array of pointers to per-module tables;
  *   table: int64 num_descr, then num_descr descriptors, each 8-aligned:
  *     uintnat retaddr; u16 frame_size; u16 num_live; u16 live_ofs[num_live];

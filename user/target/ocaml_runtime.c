@@ -139,8 +139,9 @@ off:
 /* Put the probe on the entry instruction if the kernel emulates it, else on
  * the first emulated instruction reached through at most `steps`
  * instructions that `step_over` accepts, within `window` bytes (a
- * single-stepped uprobe costs ~29 us in this kind of VM against ~1 us,
- * feasibility-4.13.md §2.2).  Otherwise on the entry, single-stepped. */
+ * single-stepped uprobe costs ~29 us in this kind of VM against ~1 us
+ * emulated, as measured; the kernel emulates push, call, jmp, jcc and nop,
+ * arch/x86/kernel/uprobes.c).  Otherwise on the entry, single-stepped. */
 static int plan_probe_over(const struct elf_image *img, const char *name, struct ocaml_probe_point *pp,
 			   unsigned (*step_over)(const uint8_t *, size_t), int steps, unsigned window)
 {
@@ -298,7 +299,7 @@ static enum ocaml_detect_result check_layout4(const struct elf_image *img, const
 	return OCAML_OK;
 }
 
-/* OCaml 5.1 to 5.4 (ocaml-runtime.md §1.3-1.5, §3.4-3.5, §7.1). */
+/* OCaml 5.1 to 5.4 (README *OCaml 5*; each release's runtime/caml/domain_state.tbl). */
 static enum ocaml_detect_result detect5(const struct elf_image *img, const char *name, struct ocaml_runtime *rt,
 					char *msg, size_t msglen)
 {

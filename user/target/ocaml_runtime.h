@@ -1,6 +1,6 @@
 /* ocaml_runtime.h -- recognise a native OCaml executable, its runtime
- * version, and plan where to put the probes (ARCHITECTURE.md §3,
- * ocaml-runtime.md §7.1).
+ * version, and plan where to put the probes (README *How it works*; the
+ * runtime function behind each probe is named below).
  */
 #ifndef CH_OCAML_RUNTIME_H
 #define CH_OCAML_RUNTIME_H
@@ -16,7 +16,7 @@ enum ocaml_probe {
 	OCAML_PROBE_TRACK_CUSTOM,        /* caml_memprof_track_custom(value block, mlsize_t bytes) */
 	OCAML_PROBE_TRACK_INTERNED,      /* caml_memprof_track_interned(header_t *block, header_t *end) */
 	OCAML_PROBE_REGISTER_FRAMETABLE, /* caml_register_frametable(intnat *table): Dynlink (optional) */
-	/* Minor heap, channel A (ocaml-runtime.md §2.4).  All four or none:
+	/* Minor heap, channel A (README *Minor heap*).  All four or none:
 	 * without them the minor heap is not sampled, and the report says so. */
 	OCAML_PROBE_DISPATCH,            /* caml_alloc_small_dispatch entry (wosize, flags, nallocs, lens) */
 	OCAML_PROBE_DISPATCH_RET,        /* its return (uretprobe: a C function called from C only) */
@@ -24,13 +24,13 @@ enum ocaml_probe {
 	OCAML_PROBE_REARM_PENDING,       /* caml_do_pending_actions_exn, the call after its inlined store */
 	/* observe: the program's own Gc.Memprof samples a minor block (optional) */
 	OCAML_PROBE_TRACK_YOUNG,         /* caml_memprof_track_young(wosize, from_caml, nallocs, lens) */
-	/* Census (ocaml-runtime.md §4): all three or none; no arguments are
+	/* Census (README *Census*): all three or none; no arguments are
 	 * read, so each sits on the first emulated instruction the function
 	 * always executes. */
 	OCAML_PROBE_MINOR_UPDATE,        /* caml_memprof_minor_update: end of a minor collection */
 	OCAML_PROBE_CLEAN_PHASE,         /* caml_memprof_update_clean_phase: a major cycle's marking is over */
 	OCAML_PROBE_COMPACTION,          /* caml_memprof_invert_tracked: a compaction is moving blocks */
-	/* OCaml 5 (ocaml-runtime.md §7.1): direct major, custom and
+	/* OCaml 5 (README *OCaml 5*): direct major, custom and
 	 * unmarshalled allocations. */
 	OCAML_PROBE_SAMPLE_BLOCK,        /* 5.3: caml_memprof_sample_block(block, allocated, sampled, source) */
 	OCAML_PROBE_ALLOC_SHR_RET,       /* 5.1: caml_alloc_shr return (uretprobe) */
@@ -85,7 +85,7 @@ struct ocaml_runtime {
 				       * (finalisers ready to run), 0 if not found */
 	uint64_t memprof_lambda_sym;  /* link-time vaddr of memprof.c's `static double lambda`, 0 if
 				       * unknown (.symtab stripped): Gc.Memprof's rate, 0 when stopped */
-	/* OCaml 5 only (ocaml-runtime.md §3.4-3.5) */
+	/* OCaml 5 only (runtime/caml/domain_state.tbl; runtime/domain.c's TLS caml_state) */
 	int64_t tls_state_off;   /* TLS `caml_state` relative to the thread pointer, bytes */
 	uint64_t minor_count_sym, major_count_sym, compact_count_sym; /* exported GC counters (0: absent) */
 	uint32_t dom_id_off;     /* offsetof(caml_domain_state, id) */
@@ -158,7 +158,8 @@ unsigned ocaml_runtime_skippable_insn(const uint8_t *code, size_t len);
  * the `call call_target` that follows that tail (the inlined copy in
  * caml_do_pending_actions_exn); otherwise it is the `je` itself.  Returns
  * the point's offset from `fn`, or -1.  Source: 4.13.1 runtime/signals.c
- * caml_update_young_limit, feasibility-4.13.md §4.6. */
+ * caml_update_young_limit and caml_do_pending_actions_exn, as GCC compiled
+ * them in Debian's libasmrun.a (objdump). */
 long ocaml_runtime_find_rearm(const uint8_t *code, size_t len, uint64_t fn, uint64_t std_sym, uint64_t call_target);
 
 /* What caml_update_young_limit's code (`code`, `len` bytes at link-time

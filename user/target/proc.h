@@ -1,5 +1,6 @@
 /* proc.h -- the target process: existence, executable, load bias, and the
- * launch mode that starts a command stopped at exec (ARCHITECTURE.md §3.5).
+ * launch mode that starts a command stopped at exec (PTRACE_O_TRACEEXEC,
+ * ptrace(2)).
  */
 #ifndef CH_PROC_H
 #define CH_PROC_H

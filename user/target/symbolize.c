@@ -1,6 +1,6 @@
 /* symbolize.c -- return addresses to (function, file, line, inline chain).
  *
- * Three sources, best first (ARCHITECTURE.md §7): the OCaml frame table's
+ * Three sources, best first (README *How it works*): the OCaml frame table's
  * debuginfo, DWARF through elfutils libdwfl (as heaptrack and perf do), and
  * the ELF symbol demangled.  Everything is keyed by link-time vaddr; the
  * caller subtracts the load bias of the process first.

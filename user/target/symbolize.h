@@ -1,6 +1,6 @@
 /* symbolize.h -- return address -> source frames, for one executable.
  *
- * Sources, best first (ARCHITECTURE.md §7):
+ * Sources, best first (README *How it works*):
  *   1. the OCaml frame table's own debuginfo (frametable.h), which has the
  *      definition name ("Chain.h"), line, characters and the inline chain;
  *      when DWARF is also present its line table supplies the full path
