@@ -1,5 +1,5 @@
 /* serve.h -- `camlheap serve`: a service that profiles every process of the
- * configured targets continuously (docs/serve.md).
+ * configured targets continuously (README *Run it as a service*).
  *
  * Layout: one supervisor process (config, discovery of new processes by a
  * BPF program on the sched_process_exec tracepoint, the HTTP endpoint,
