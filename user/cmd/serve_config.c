@@ -132,6 +132,202 @@ void serve_config_free(struct serve_config *c)
 	memset(c, 0, sizeof(*c));
 }
 
+/* The defaults of the [serve] keys, before the file's. */
+static void set_defaults(struct serve_config *c)
+{
+	c->output = g_strdup("/var/lib/camlheap");
+	c->interval_s = 60;
+	c->keep = 10;
+	c->keep_bytes = 1ull << 30;
+	c->listen = g_strdup("127.0.0.1:6061");
+	c->rate = 1e-5;
+	c->max_processes = 256;
+}
+
+/* Group *g is [serve] or [target:NAME], each of its keys one of that
+ * group's, and no value has a comment after it.  Returns 0 or -EINVAL with
+ * err set. */
+static int check_group(GKeyFile *kf, const char *path, gchar **g, char *err, size_t len)
+{
+	gchar **keys = g_key_file_get_keys(kf, *g, NULL, NULL);
+	bool is_serve = !strcmp(*g, "serve");
+	bool is_target = !strncmp(*g, "target:", 7);
+	int ret;
+
+	if (!is_serve && !is_target) {
+		g_strfreev(keys);
+		return bad(err, len, path, *g, NULL,
+			   "unknown group (groups are [serve] and [target:NAME])");
+	}
+	for (gchar **k = keys; k && *k; k++) {
+		char *v = g_key_file_get_value(kf, *g, *k, NULL);
+		const char *hash = v ? strchr(v, '#') : NULL;
+
+		/* GKeyFile has no inline comments: "60  # every minute" is the value */
+		if (hash && hash > v && (hash[-1] == ' ' || hash[-1] == '\t')) {
+			ret = bad(err, len, path, *g, *k,
+				  "'%s': a comment after a value is part of the value; put comments on lines of "
+				  "their own", v);
+			g_free(v);
+			g_strfreev(keys);
+			return ret;
+		}
+		g_free(v);
+		if (!in_list(is_serve ? serve_keys : target_keys, *k)) {
+			ret = bad(err, len, path, *g, *k, "unknown key (the keys of this group: %s)",
+				  is_serve ? "output, interval, keep, keep-bytes, listen, socket, rate, host-budget, "
+					     "max-processes"
+					   : "exe, unit, cgroup, pidfile, rate, budget, malloc, executor");
+			g_strfreev(keys);
+			return ret;
+		}
+	}
+	g_strfreev(keys);
+	return 0;
+}
+
+/* The [serve] group's values into c.  Returns 0 or -EINVAL with err set. */
+static int load_serve_group(GKeyFile *kf, const char *path, struct serve_config *c, char *err, size_t len)
+{
+	const char *g = "serve";
+	char *v;
+	double d;
+	int ret;
+
+	if ((v = get_str(kf, g, "output"))) {
+		g_free(c->output);
+		c->output = v;
+		if (v[0] != '/')
+			return bad(err, len, path, g, "output", "'%s' is not an absolute path", v);
+	}
+	if (get_double(kf, path, g, "interval", 0.1, 86400 * 7, false, &c->interval_s, err, len) < 0)
+		return -EINVAL;
+	d = c->keep;
+	if (get_double(kf, path, g, "keep", 1, 1e6, false, &d, err, len) < 0)
+		return -EINVAL;
+	c->keep = (unsigned)d;
+	if ((v = g_key_file_get_value(kf, g, "keep-bytes", NULL))) {
+		int r = parse_size(v, &c->keep_bytes);
+
+		if (r < 0 || c->keep_bytes < 4096) {
+			ret = bad(err, len, path, g, "keep-bytes", "'%s' is not a size of at least 4K (e.g. 500M, 2G)", v);
+			g_free(v);
+			return ret;
+		}
+		g_free(v);
+	}
+	if ((v = get_str(kf, g, "listen"))) {
+		g_free(c->listen);
+		c->listen = v;
+		if (strcmp(v, "none") && (!strrchr(v, ':') || atoi(strrchr(v, ':') + 1) <= 0 ||
+					   atoi(strrchr(v, ':') + 1) > 65535))
+			return bad(err, len, path, g, "listen", "'%s' is not HOST:PORT (or none)", v);
+	}
+	c->socket = get_str(kf, g, "socket");
+	if (c->socket && (c->socket[0] != '/' || strlen(c->socket) >= 108))
+		return bad(err, len, path, g, "socket", "'%s' is not an absolute path under 108 bytes", c->socket);
+	if (get_double(kf, path, g, "rate", 0, 1, true, &c->rate, err, len) < 0 ||
+	    get_double(kf, path, g, "host-budget", 0, 1e9, false, &c->host_budget, err, len) < 0)
+		return -EINVAL;
+	d = c->max_processes;
+	if (get_double(kf, path, g, "max-processes", 1, 4096, false, &d, err, len) < 0)
+		return -EINVAL;
+	c->max_processes = (unsigned)d;
+	return 0;
+}
+
+/* Group *g, "target:NAME", appended to c->targets with its values (the
+ * rate defaults to c's, so [serve] is read first).  Returns 0, or -EINVAL
+ * or -ENOMEM with err set (what was appended is c's, freed with it). */
+static int load_target(GKeyFile *kf, const char *path, gchar **g, struct serve_config *c, char *err, size_t len)
+{
+	struct serve_target *t, *nt;
+	GError *be = NULL;
+	int ret;
+
+	if (!valid_name(*g + 7))
+		return bad(err, len, path, *g, NULL, "a target's name is 1-64 of A-Z a-z 0-9 _ - .");
+	for (size_t i = 0; i < c->ntargets; i++)
+		if (!strcmp(c->targets[i].name, *g + 7))
+			return bad(err, len, path, *g, NULL, "a second target of that name");
+	nt = realloc(c->targets, (c->ntargets + 1) * sizeof(*nt));
+	if (!nt) {
+		snprintf(err, len, "out of memory");
+		return -ENOMEM;
+	}
+	c->targets = nt;
+	t = &c->targets[c->ntargets++];
+	memset(t, 0, sizeof(*t));
+	t->name = g_strdup(*g + 7);
+	t->exe = get_str(kf, *g, "exe");
+	t->unit = get_str(kf, *g, "unit");
+	t->cgroup = get_str(kf, *g, "cgroup");
+	t->pidfile = get_str(kf, *g, "pidfile");
+	t->executor = get_str(kf, *g, "executor");
+	t->rate = c->rate;
+	if (!t->exe && !t->unit && !t->cgroup && !t->pidfile)
+		return bad(err, len, path, *g, NULL, "no way to find its processes: give exe, unit, cgroup or pidfile");
+	if (t->exe && t->exe[0] != '/')
+		return bad(err, len, path, *g, "exe", "'%s' is not an absolute path", t->exe);
+	if (t->exe) {
+		/* matched against /proc/PID/exe, which is the real path */
+		char *real = realpath(t->exe, NULL);
+
+		if (real) {
+			g_free(t->exe);
+			t->exe = g_strdup(real);
+			free(real);
+		}
+	}
+	if (t->cgroup && t->cgroup[0] != '/')
+		return bad(err, len, path, *g, "cgroup", "'%s' is not a cgroup path such as /system.slice/foo.service",
+			   t->cgroup);
+	if (t->unit && (strchr(t->unit, '/') || !strchr(t->unit, '.')))
+		return bad(err, len, path, *g, "unit", "'%s' is not a unit name such as foo.service", t->unit);
+	if (t->pidfile && t->pidfile[0] != '/')
+		return bad(err, len, path, *g, "pidfile", "'%s' is not an absolute path", t->pidfile);
+	if (t->executor && strcmp(t->executor, "auto") && strcmp(t->executor, "kernel") &&
+	    strcmp(t->executor, "ptrace") && strcmp(t->executor, "observe"))
+		return bad(err, len, path, *g, "executor", "'%s' is not auto, kernel, ptrace or observe", t->executor);
+	if (get_double(kf, path, *g, "rate", 0, 1, true, &t->rate, err, len) < 0 ||
+	    get_double(kf, path, *g, "budget", 0, 1e9, false, &t->budget, err, len) < 0)
+		return -EINVAL;
+	if (g_key_file_has_key(kf, *g, "malloc", NULL)) {
+		t->malloc = g_key_file_get_boolean(kf, *g, "malloc", &be);
+		if (be) {
+			ret = bad(err, len, path, *g, "malloc", "not true or false");
+			g_error_free(be);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* c->warnings: what parses but looks wrong (serve.h), or NULL. */
+static void find_warnings(struct serve_config *c, const char *path)
+{
+	GString *w = g_string_new(NULL);
+
+	for (size_t i = 0; i < c->ntargets; i++) {
+		struct serve_target *t = &c->targets[i];
+		struct stat st;
+
+		if (t->exe && (stat(t->exe, &st) < 0 || !S_ISREG(st.st_mode)))
+			g_string_append_printf(w, "%s: [target:%s] exe = %s: no such executable (yet)\n", path,
+					       t->name, t->exe);
+		for (size_t j = 0; j < i; j++) {
+			struct serve_target *u = &c->targets[j];
+
+			if (!g_strcmp0(t->exe, u->exe) && !g_strcmp0(t->unit, u->unit) &&
+			    !g_strcmp0(t->cgroup, u->cgroup) && !g_strcmp0(t->pidfile, u->pidfile))
+				g_string_append_printf(w, "%s: [target:%s] matches what [target:%s] matches: "
+							  "its processes all go to %s\n",
+						       path, t->name, u->name, u->name);
+		}
+	}
+	c->warnings = w->len ? g_string_free(w, FALSE) : (g_string_free(w, TRUE), NULL);
+}
+
 int serve_config_load(const char *path, struct serve_config *c, char *err, size_t len)
 {
 	GKeyFile *kf = g_key_file_new();
@@ -148,209 +344,22 @@ int serve_config_load(const char *path, struct serve_config *c, char *err, size_
 		g_key_file_free(kf);
 		return ret;
 	}
-	c->output = g_strdup("/var/lib/camlheap");
-	c->interval_s = 60;
-	c->keep = 10;
-	c->keep_bytes = 1ull << 30;
-	c->listen = g_strdup("127.0.0.1:6061");
-	c->rate = 1e-5;
-	c->max_processes = 256;
+	set_defaults(c);
 
 	groups = g_key_file_get_groups(kf, NULL);
-	for (gchar **g = groups; *g; g++) {
-		gchar **keys = g_key_file_get_keys(kf, *g, NULL, NULL);
-		bool is_serve = !strcmp(*g, "serve");
-		bool is_target = !strncmp(*g, "target:", 7);
-
-		if (!is_serve && !is_target) {
-			g_strfreev(keys);
-			ret = bad(err, len, path, *g, NULL,
-				  "unknown group (groups are [serve] and [target:NAME])");
+	for (gchar **g = groups; *g; g++)
+		if ((ret = check_group(kf, path, g, err, len)) < 0)
 			goto out;
-		}
-		for (gchar **k = keys; k && *k; k++) {
-			char *v = g_key_file_get_value(kf, *g, *k, NULL);
-			const char *hash = v ? strchr(v, '#') : NULL;
-
-			/* GKeyFile has no inline comments: "60  # every minute" is the value */
-			if (hash && hash > v && (hash[-1] == ' ' || hash[-1] == '\t')) {
-				ret = bad(err, len, path, *g, *k,
-					  "'%s': a comment after a value is part of the value; put comments on lines of "
-					  "their own", v);
-				g_free(v);
-				g_strfreev(keys);
-				goto out;
-			}
-			g_free(v);
-			if (!in_list(is_serve ? serve_keys : target_keys, *k)) {
-				ret = bad(err, len, path, *g, *k, "unknown key (the keys of this group: %s)",
-					  is_serve ? "output, interval, keep, keep-bytes, listen, socket, rate, host-budget, "
-						     "max-processes"
-						   : "exe, unit, cgroup, pidfile, rate, budget, malloc, executor");
-				g_strfreev(keys);
-				goto out;
-			}
-		}
-		g_strfreev(keys);
-	}
-
-	if (g_key_file_has_group(kf, "serve")) {
-		const char *g = "serve";
-		char *v;
-		double d;
-
-		if ((v = get_str(kf, g, "output"))) {
-			g_free(c->output);
-			c->output = v;
-			if (v[0] != '/') {
-				ret = bad(err, len, path, g, "output", "'%s' is not an absolute path", v);
-				goto out;
-			}
-		}
-		if (get_double(kf, path, g, "interval", 0.1, 86400 * 7, false, &c->interval_s, err, len) < 0)
+	if (g_key_file_has_group(kf, "serve") && (ret = load_serve_group(kf, path, c, err, len)) < 0)
+		goto out;
+	for (gchar **g = groups; *g; g++)
+		if (!strncmp(*g, "target:", 7) && (ret = load_target(kf, path, g, c, err, len)) < 0)
 			goto out;
-		d = c->keep;
-		if (get_double(kf, path, g, "keep", 1, 1e6, false, &d, err, len) < 0)
-			goto out;
-		c->keep = (unsigned)d;
-		if ((v = g_key_file_get_value(kf, g, "keep-bytes", NULL))) {
-			int r = parse_size(v, &c->keep_bytes);
-
-			if (r < 0 || c->keep_bytes < 4096) {
-				ret = bad(err, len, path, g, "keep-bytes", "'%s' is not a size of at least 4K (e.g. 500M, 2G)", v);
-				g_free(v);
-				goto out;
-			}
-			g_free(v);
-		}
-		if ((v = get_str(kf, g, "listen"))) {
-			g_free(c->listen);
-			c->listen = v;
-			if (strcmp(v, "none") && (!strrchr(v, ':') || atoi(strrchr(v, ':') + 1) <= 0 ||
-						   atoi(strrchr(v, ':') + 1) > 65535)) {
-				ret = bad(err, len, path, g, "listen", "'%s' is not HOST:PORT (or none)", v);
-				goto out;
-			}
-		}
-		c->socket = get_str(kf, g, "socket");
-		if (c->socket && (c->socket[0] != '/' || strlen(c->socket) >= 108)) {
-			ret = bad(err, len, path, g, "socket", "'%s' is not an absolute path under 108 bytes", c->socket);
-			goto out;
-		}
-		if (get_double(kf, path, g, "rate", 0, 1, true, &c->rate, err, len) < 0 ||
-		    get_double(kf, path, g, "host-budget", 0, 1e9, false, &c->host_budget, err, len) < 0)
-			goto out;
-		d = c->max_processes;
-		if (get_double(kf, path, g, "max-processes", 1, 4096, false, &d, err, len) < 0)
-			goto out;
-		c->max_processes = (unsigned)d;
-	}
-
-	for (gchar **g = groups; *g; g++) {
-		struct serve_target *t, *nt;
-		GError *be = NULL;
-
-		if (strncmp(*g, "target:", 7))
-			continue;
-		if (!valid_name(*g + 7)) {
-			ret = bad(err, len, path, *g, NULL, "a target's name is 1-64 of A-Z a-z 0-9 _ - .");
-			goto out;
-		}
-		for (size_t i = 0; i < c->ntargets; i++)
-			if (!strcmp(c->targets[i].name, *g + 7)) {
-				ret = bad(err, len, path, *g, NULL, "a second target of that name");
-				goto out;
-			}
-		nt = realloc(c->targets, (c->ntargets + 1) * sizeof(*nt));
-		if (!nt) {
-			ret = -ENOMEM;
-			snprintf(err, len, "out of memory");
-			goto out;
-		}
-		c->targets = nt;
-		t = &c->targets[c->ntargets++];
-		memset(t, 0, sizeof(*t));
-		t->name = g_strdup(*g + 7);
-		t->exe = get_str(kf, *g, "exe");
-		t->unit = get_str(kf, *g, "unit");
-		t->cgroup = get_str(kf, *g, "cgroup");
-		t->pidfile = get_str(kf, *g, "pidfile");
-		t->executor = get_str(kf, *g, "executor");
-		t->rate = c->rate;
-		if (!t->exe && !t->unit && !t->cgroup && !t->pidfile) {
-			ret = bad(err, len, path, *g, NULL, "no way to find its processes: give exe, unit, cgroup or pidfile");
-			goto out;
-		}
-		if (t->exe && t->exe[0] != '/') {
-			ret = bad(err, len, path, *g, "exe", "'%s' is not an absolute path", t->exe);
-			goto out;
-		}
-		if (t->exe) {
-			/* matched against /proc/PID/exe, which is the real path */
-			char *real = realpath(t->exe, NULL);
-
-			if (real) {
-				g_free(t->exe);
-				t->exe = g_strdup(real);
-				free(real);
-			}
-		}
-		if (t->cgroup && t->cgroup[0] != '/') {
-			ret = bad(err, len, path, *g, "cgroup", "'%s' is not a cgroup path such as /system.slice/foo.service",
-				  t->cgroup);
-			goto out;
-		}
-		if (t->unit && (strchr(t->unit, '/') || !strchr(t->unit, '.'))) {
-			ret = bad(err, len, path, *g, "unit", "'%s' is not a unit name such as foo.service", t->unit);
-			goto out;
-		}
-		if (t->pidfile && t->pidfile[0] != '/') {
-			ret = bad(err, len, path, *g, "pidfile", "'%s' is not an absolute path", t->pidfile);
-			goto out;
-		}
-		if (t->executor && strcmp(t->executor, "auto") && strcmp(t->executor, "kernel") &&
-		    strcmp(t->executor, "ptrace") && strcmp(t->executor, "observe")) {
-			ret = bad(err, len, path, *g, "executor", "'%s' is not auto, kernel, ptrace or observe", t->executor);
-			goto out;
-		}
-		if (get_double(kf, path, *g, "rate", 0, 1, true, &t->rate, err, len) < 0 ||
-		    get_double(kf, path, *g, "budget", 0, 1e9, false, &t->budget, err, len) < 0)
-			goto out;
-		if (g_key_file_has_key(kf, *g, "malloc", NULL)) {
-			t->malloc = g_key_file_get_boolean(kf, *g, "malloc", &be);
-			if (be) {
-				ret = bad(err, len, path, *g, "malloc", "not true or false");
-				g_error_free(be);
-				goto out;
-			}
-		}
-	}
 	if (!c->ntargets) {
 		ret = bad(err, len, path, "target:NAME", NULL, "no target: name at least one [target:NAME] group");
 		goto out;
 	}
-	{
-		GString *w = g_string_new(NULL);
-
-		for (size_t i = 0; i < c->ntargets; i++) {
-			struct serve_target *t = &c->targets[i];
-			struct stat st;
-
-			if (t->exe && (stat(t->exe, &st) < 0 || !S_ISREG(st.st_mode)))
-				g_string_append_printf(w, "%s: [target:%s] exe = %s: no such executable (yet)\n", path,
-						       t->name, t->exe);
-			for (size_t j = 0; j < i; j++) {
-				struct serve_target *u = &c->targets[j];
-
-				if (!g_strcmp0(t->exe, u->exe) && !g_strcmp0(t->unit, u->unit) &&
-				    !g_strcmp0(t->cgroup, u->cgroup) && !g_strcmp0(t->pidfile, u->pidfile))
-					g_string_append_printf(w, "%s: [target:%s] matches what [target:%s] matches: "
-								  "its processes all go to %s\n",
-							       path, t->name, u->name, u->name);
-			}
-		}
-		c->warnings = w->len ? g_string_free(w, FALSE) : (g_string_free(w, TRUE), NULL);
-	}
+	find_warnings(c, path);
 	ret = 0;
 out:
 	g_strfreev(groups);

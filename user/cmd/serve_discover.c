@@ -1,0 +1,232 @@
+/* serve_discover.c -- which processes `camlheap serve` follows (serve.h):
+ * those a target's matchers agree on (exe, unit, cgroup, pidfile), looked
+ * at when they exec (the discovery BPF program's events), at start-up and
+ * after a reload or lost events (a scan of /proc), and every second for
+ * the PID files. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "camlheap.h"
+#include "cmd/serve_internal.h"
+#include "target/proc.h"
+
+static int read_file(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	buf[n] = 0;
+	return (int)n;
+}
+
+int proc_starttime(pid_t pid, unsigned long long *st)
+{
+	return proc_stat(pid, NULL, st);
+}
+
+/* The cgroup v2 path of PID ("/system.slice/foo.service"), or -errno. */
+static int proc_cgroup(pid_t pid, char *out, size_t len)
+{
+	char path[64], buf[8192], *line, *save = NULL;
+
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
+	if (read_file(path, buf, sizeof(buf)) < 0)
+		return -ESRCH;
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		if (!strncmp(line, "0::", 3)) {
+			snprintf(out, len, "%s", line + 3);
+			return 0;
+		}
+	return -ENOENT;
+}
+
+static bool path_under(const char *path, const char *prefix)
+{
+	size_t n = strlen(prefix);
+
+	while (n > 1 && prefix[n - 1] == '/')
+		n--;
+	return !strncmp(path, prefix, n) && (path[n] == 0 || path[n] == '/' || n == 1);
+}
+
+static bool cgroup_has_unit(const char *cg, const char *unit)
+{
+	size_t n = strlen(unit);
+
+	for (const char *p = strstr(cg, unit); p; p = strstr(p + 1, unit))
+		if (p > cg && p[-1] == '/' && (p[n] == 0 || p[n] == '/'))
+			return true;
+	return false;
+}
+
+/* The PID in a PID file, or -1.  Only a regular file is read, opened
+ * without blocking (a FIFO there must not hang the service). */
+static long read_pidfile(const char *path)
+{
+	char buf[64], *end;
+	struct stat st;
+	ssize_t n;
+	long v;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -1;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	errno = 0;
+	v = strtol(buf, &end, 10);
+	while (*end == ' ' || *end == '\n' || *end == '\t' || *end == '\r')
+		end++;
+	return !errno && end != buf && !*end && v > 0 && v <= INT_MAX ? v : -1;
+}
+
+/* Does process `pid` belong to target t?  Every matcher given must agree. */
+bool target_matches(const struct serve_target *t, pid_t pid)
+{
+	char buf[PATH_MAX];
+
+	if (pid == getpid())
+		return false;
+	if (t->exe) {
+		char path[64];
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+		n = readlink(path, buf, sizeof(buf) - 1);
+		if (n <= 0)
+			return false;
+		buf[n] = 0;
+		/* a binary replaced since (package upgrade) still matches */
+		if (n > 10 && !strcmp(buf + n - 10, " (deleted)"))
+			buf[n - 10] = 0;
+		if (strcmp(buf, t->exe))
+			return false;
+	}
+	if (t->unit || t->cgroup) {
+		if (proc_cgroup(pid, buf, sizeof(buf)) < 0)
+			return false;
+		if (t->unit && !cgroup_has_unit(buf, t->unit))
+			return false;
+		if (t->cgroup && !path_under(buf, t->cgroup))
+			return false;
+	}
+	if (t->pidfile && read_pidfile(t->pidfile) != pid)
+		return false;
+	return true;
+}
+
+/* The identity of PID's executable ("dev:ino:mtime"), or -errno. */
+int exe_key(pid_t pid, char *out, size_t len)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	if (stat(path, &st) < 0)
+		return -errno;
+	snprintf(out, len, "%llu:%llu:%lld.%09ld", (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+		 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+	return 0;
+}
+
+/* A process to look at (exec'd, found in /proc, named by a PID file). */
+void consider(pid_t pid)
+{
+	struct worker *w = active_worker(pid);
+
+	if (w) {
+		/* it exec'd again: its worker stops by itself (the program is
+		 * another); look at the new one then */
+		w->reexec = true;
+		return;
+	}
+	for (size_t i = 0; i < S.cfg.ntargets; i++)
+		if (target_matches(&S.cfg.targets[i], pid)) {
+			start_worker(&S.cfg.targets[i], pid);
+			return;
+		}
+}
+
+void scan_proc(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+
+		if (*end || pid <= 0)
+			continue;
+		consider((pid_t)pid);
+	}
+	closedir(d);
+}
+
+void poll_pidfiles(void)
+{
+	for (size_t i = 0; i < S.cfg.ntargets; i++) {
+		const struct serve_target *t = &S.cfg.targets[i];
+		long pid;
+
+		if (!t->pidfile)
+			continue;
+		pid = read_pidfile(t->pidfile);
+		if (pid > 0 && !active_worker((pid_t)pid)) {
+			/* not again for a process already seen (and ended or failed) */
+			unsigned long long st;
+			bool seen = false;
+
+			if (proc_starttime((pid_t)pid, &st) < 0)
+				continue;
+			for (struct worker *w = S.workers; w && !seen; w = w->next)
+				seen = w->pid == pid && w->starttime == st && !w->reexec;
+			if (!seen && target_matches(t, (pid_t)pid))
+				start_worker(t, (pid_t)pid);
+		}
+	}
+}
+
+/* The process has exited (a zombie counts: its parent has not reaped it
+ * yet), or its PID is another process's now. */
+bool process_gone(pid_t pid, unsigned long long starttime)
+{
+	unsigned long long st;
+	char state;
+
+	return proc_stat(pid, &state, &st) < 0 || st != starttime || state == 'Z' || state == 'X';
+}
+
+int on_exec_event(void *ctx, void *data, size_t size)
+{
+	const struct ch_exec_event *e = data;
+
+	if (size >= sizeof(*e)) {
+		S.execs_seen++;
+		consider((pid_t)e->tgid);
+	}
+	return 0;
+}
