@@ -1,4 +1,4 @@
-/* jsonw.h -- one-line members for json-glib's JsonBuilder (report.c, serve.c).
+/* jsonw.h -- one-line members for json-glib's JsonBuilder (report_json.c, serve_http.c).
  * Each sets the member name, then its value inside the object being built. */
 #ifndef CH_JSONW_H
 #define CH_JSONW_H

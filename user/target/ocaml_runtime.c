@@ -233,6 +233,60 @@ static void plan_bigarray(const struct elf_image *img, struct ocaml_runtime *rt)
 		rt->probes[OCAML_PROBE_MAPPED_ALLOC].present = true;
 }
 
+/* rt->version read from the executable: accept a supported release, or
+ * say why not.  Sets major/minor, the 4.x offsets, and release_known. */
+static enum ocaml_detect_result check_release(const char *name, struct ocaml_runtime *rt, char *msg, size_t msglen)
+{
+	int patch = -1, end = 0;
+	const struct ocaml_release *r = NULL;
+
+	if (sscanf(rt->version, "%d.%d.%d%n", &rt->major, &rt->minor, &patch, &end) != 3) {
+		snprintf(msg, msglen, "%s holds an OCaml version camlheap cannot read (%s)", name, rt->version);
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	r = ocaml_release_find(rt->major, rt->minor);
+	if (r && rt->version[end]) {
+		snprintf(msg, msglen,
+			 "%s uses OCaml %s, a development or pre-release build (camlheap supports the releases "
+			 "%s; tested: %s): its runtime's internal layout may differ from the release's, and camlheap "
+			 "never writes into a runtime it has not identified; rebuild with a release compiler",
+			 name, rt->version, ocaml_runtime_supported, ocaml_releases_tested);
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	if (!r) {
+		/* why the releases before 4.12 are not (4.10.0, 4.11.0 and
+		 * 4.12.1 runtime/caml/memprof.h and domain_state.tbl) */
+		const char *why = rt->major < 4 || (rt->major == 4 && rt->minor < 10)
+					  ? "its runtime has none of the Gc.Memprof hooks camlheap probes (they came with 4.10)"
+				  : rt->major == 4 && rt->minor == 10
+					  ? "its runtime has no hook to follow a sampled block to its death (caml_memprof_minor_update "
+					    "came with 4.11) nor one per custom block (caml_memprof_track_custom, with 4.12)"
+				  : rt->major == 4 && rt->minor == 11
+					  ? "its runtime calls no hook per custom block (caml_memprof_track_custom came with 4.12), and "
+					    "its domain state lacks 4.12's mark_stack, which moves every field camlheap reads past it"
+					  : "the runtime's internal layout changes between releases";
+
+		snprintf(msg, msglen,
+			 "%s uses the OCaml %s runtime, which camlheap does not support (supported: %s; tested: %s): %s; "
+			 "rebuild with a supported compiler%s",
+			 name, rt->version, ocaml_runtime_supported, ocaml_releases_tested, why,
+			 rt->major == 5 && rt->minor == 0 ? " (OCaml 5.0 has no Gc.Memprof to profile in-process either)"
+			 : rt->major == 4 && rt->minor < 10 ? ""
+							 : ", or profile in-process with Gc.Memprof (e.g. memtrace)");
+		return OCAML_UNSUPPORTED_VERSION;
+	}
+	rt->release = r;
+	rt->young_limit_off = r->young_limit_off;
+	rt->young_ptr_off = r->young_ptr_off;
+	rt->release_known = rt->major == 4 || ocaml_release_tested(r, rt->version);
+	if (!rt->release_known)
+		snprintf(rt->minor_why, sizeof(rt->minor_why),
+			 "OCaml %s is not among the %d.%d releases camlheap was tested with (%s), so camlheap "
+			 "writes nothing into the program",
+			 rt->version, rt->major, rt->minor, r->tested);
+	return OCAML_OK;
+}
+
 /* OCaml 4.x: the young_limit offset camlheap would write, confirmed from
  * the code of caml_update_young_limit (ocaml_runtime_limit_layout).  A
  * runtime whose code contradicts its release's layout is refused; one
@@ -459,7 +513,7 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 	if (elf_image_find_ocaml_version(img, rt->version, sizeof(rt->version)) < 0)
 		rt->version[0] = '\0';
 	if (rt->version[0]) {
-		enum ocaml_detect_result r = ocaml_release_check(name, rt, msg, msglen);
+		enum ocaml_detect_result r = check_release(name, rt, msg, msglen);
 
 		if (r != OCAML_OK)
 			return r;

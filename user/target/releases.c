@@ -46,7 +46,7 @@ static const struct ocaml_release releases[] = {
 
 const char ocaml_runtime_supported[] = "4.12, 4.13, 4.14, 5.1, 5.2, 5.3, 5.4";
 
-#define TESTED_RELEASES "4.12.0, 4.12.1, 4.13.1, 4.14.0, 4.14.2, 5.1.0, 5.2.0, 5.3.0, 5.4.1"
+const char ocaml_releases_tested[] = "4.12.0, 4.12.1, 4.13.1, 4.14.0, 4.14.2, 5.1.0, 5.2.0, 5.3.0, 5.4.1";
 
 /* Is "4.14.2" among "4.14.0, 4.14.2"? */
 static bool in_list(const char *list, const char *version)
@@ -59,67 +59,25 @@ static bool in_list(const char *list, const char *version)
 	return false;
 }
 
-/* rt->version read from the executable: accept a supported release, or
- * say why not.  Sets major/minor, the 4.x offsets, and release_known. */
-enum ocaml_detect_result ocaml_release_check(const char *name, struct ocaml_runtime *rt, char *msg, size_t msglen)
+const struct ocaml_release *ocaml_release_find(int major, int minor)
 {
-	int patch = -1, end = 0;
-	const struct ocaml_release *r = NULL;
-
-	if (sscanf(rt->version, "%d.%d.%d%n", &rt->major, &rt->minor, &patch, &end) != 3) {
-		snprintf(msg, msglen, "%s holds an OCaml version camlheap cannot read (%s)", name, rt->version);
-		return OCAML_UNSUPPORTED_VERSION;
-	}
 	for (size_t i = 0; i < sizeof(releases) / sizeof(releases[0]); i++)
-		if (releases[i].major == rt->major && releases[i].minor == rt->minor)
-			r = &releases[i];
-	if (r && rt->version[end]) {
-		snprintf(msg, msglen,
-			 "%s uses OCaml %s, a development or pre-release build (camlheap supports the releases "
-			 "%s; tested: %s): its runtime's internal layout may differ from the release's, and camlheap "
-			 "never writes into a runtime it has not identified; rebuild with a release compiler",
-			 name, rt->version, ocaml_runtime_supported, TESTED_RELEASES);
-		return OCAML_UNSUPPORTED_VERSION;
-	}
-	if (!r) {
-		/* why the releases before 4.12 are not (4.10.0, 4.11.0 and
-		 * 4.12.1 runtime/caml/memprof.h and domain_state.tbl) */
-		const char *why = rt->major < 4 || (rt->major == 4 && rt->minor < 10)
-					  ? "its runtime has none of the Gc.Memprof hooks camlheap probes (they came with 4.10)"
-				  : rt->major == 4 && rt->minor == 10
-					  ? "its runtime has no hook to follow a sampled block to its death (caml_memprof_minor_update "
-					    "came with 4.11) nor one per custom block (caml_memprof_track_custom, with 4.12)"
-				  : rt->major == 4 && rt->minor == 11
-					  ? "its runtime calls no hook per custom block (caml_memprof_track_custom came with 4.12), and "
-					    "its domain state lacks 4.12's mark_stack, which moves every field camlheap reads past it"
-					  : "the runtime's internal layout changes between releases";
+		if (releases[i].major == major && releases[i].minor == minor)
+			return &releases[i];
+	return NULL;
+}
 
-		snprintf(msg, msglen,
-			 "%s uses the OCaml %s runtime, which camlheap does not support (supported: %s; tested: %s): %s; "
-			 "rebuild with a supported compiler%s",
-			 name, rt->version, ocaml_runtime_supported, TESTED_RELEASES, why,
-			 rt->major == 5 && rt->minor == 0 ? " (OCaml 5.0 has no Gc.Memprof to profile in-process either)"
-			 : rt->major == 4 && rt->minor < 10 ? ""
-							 : ", or profile in-process with Gc.Memprof (e.g. memtrace)");
-		return OCAML_UNSUPPORTED_VERSION;
-	}
-	rt->release = r;
-	rt->young_limit_off = r->young_limit_off;
-	rt->young_ptr_off = r->young_ptr_off;
-	rt->release_known = rt->major == 4 || in_list(r->tested, rt->version);
-	if (!rt->release_known)
-		snprintf(rt->minor_why, sizeof(rt->minor_why),
-			 "OCaml %s is not among the %d.%d releases camlheap was tested with (%s), so camlheap "
-			 "writes nothing into the program",
-			 rt->version, rt->major, rt->minor, r->tested);
-	return OCAML_OK;
+bool ocaml_release_tested(const struct ocaml_release *r, const char *version)
+{
+	return in_list(r->tested, version);
 }
 
 bool ocaml_release_debuginfo52(int major, int minor)
 {
-	for (size_t i = 0; i < sizeof(releases) / sizeof(releases[0]); i++)
-		if (releases[i].major == major && releases[i].minor == minor)
-			return releases[i].debuginfo52;
+	const struct ocaml_release *r = ocaml_release_find(major, minor);
+
+	if (r)
+		return r->debuginfo52;
 	/* a line the table does not have (never profiled, but a frame table
 	 * may still be read): after 5.2, 5.2's layout */
 	return major > 5 || (major == 5 && minor >= 2);

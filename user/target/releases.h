@@ -1,8 +1,9 @@
 /* releases.h -- what camlheap knows of each OCaml release line: one table
- * (releases.c), read by the runtime's detection (ocaml_runtime.c) and the
- * frame-table reader (frametable.c).  The offsets are include/camlheap.h's
- * CH_OCAML4*_, CH_OCAML5*_, checked against each release's headers and
- * DWARF by tests/test_versions.py.
+ * (releases.c), read by the runtime's detection (ocaml_runtime.c: which
+ * release, and why a line is not supported) and the frame-table reader
+ * (frametable.c).  The offsets are include/camlheap.h's CH_OCAML4*_ and
+ * CH_OCAML5*_, checked against each release's headers and DWARF by
+ * tests/test_versions.py.
  */
 #ifndef CH_RELEASES_H
 #define CH_RELEASES_H
@@ -11,7 +12,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "target/ocaml_runtime.h"
 
 /* One supported release line, M.m. */
 struct ocaml_release {
@@ -32,17 +32,19 @@ struct ocaml_release {
 	bool debuginfo52;      /* frame-table debuginfo in 5.2's layout (frametable.h) */
 };
 
-/* rt->version (read from the executable, "M.m.p"): accept a supported
- * release, or say why not in msg (msglen bytes; `name`: the program, for
- * the message).  Sets rt's major, minor, release, the 4.x young_limit and
- * young_ptr offsets and release_known (a tested patch release: 4.x at any
- * patch, its writes checked against the runtime's code; 5.x only the tested
- * ones, else minor_why says why nothing is written).  Returns OCAML_OK, or
- * OCAML_UNSUPPORTED_VERSION for an unreadable version, a development or
- * pre-release build, or a line not in the table (the reason for the lines
- * before 4.12 comes from their runtime sources: 4.10.0, 4.11.0 and 4.12.1
- * runtime/caml/memprof.h and domain_state.tbl). */
-enum ocaml_detect_result ocaml_release_check(const char *name, struct ocaml_runtime *rt, char *msg, size_t msglen);
+/* The supported release lines, "4.12, 4.13, ..." (ocaml_runtime.h declares
+ * it too, for messages), and the patch releases the tests run on, "4.12.0,
+ * 4.12.1, ...": every other patch release of a 5.x line is profiled
+ * read-only, of a 4.x line with its writes checked against its code. */
+extern const char ocaml_runtime_supported[];
+extern const char ocaml_releases_tested[];
+
+/* The row of release line major.minor, NULL if camlheap does not support
+ * it. */
+const struct ocaml_release *ocaml_release_find(int major, int minor);
+
+/* Is `version` ("4.14.2") one of r's tested patch releases? */
+bool ocaml_release_tested(const struct ocaml_release *r, const char *version);
 
 /* Does release line major.minor write frame-table debuginfo in 5.2's
  * layout (5.2 runtime/backtrace_nat.c; frametable.h)? */
