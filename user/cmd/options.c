@@ -54,3 +54,12 @@ int parse_value(const char *arg, int *v)
 		return -1;
 	return 0;
 }
+
+int parse_top(struct argp_state *state, const char *arg)
+{
+	long v;
+
+	if (parse_long(arg, &v) || v < 1 || v > 1000000)
+		argp_error(state, "invalid --top '%s' (1..1000000 sites)", arg);
+	return (int)v;
+}

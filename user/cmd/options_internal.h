@@ -6,6 +6,7 @@
 #ifndef CH_OPTIONS_INTERNAL_H
 #define CH_OPTIONS_INTERNAL_H
 
+#include <argp.h>
 #include <stdbool.h>
 
 #include "output/report.h"
@@ -22,6 +23,10 @@ enum { OPT_MAX_DEPTH = 0x100, OPT_EXECUTOR, OPT_KEEP_AWAKE, OPT_LIVE, OPT_VALUE,
  * after the number or is out of range. */
 int parse_double(const char *s, double *out);
 int parse_long(const char *s, long *out);
+
+/* --top N: the number of sites a report shows, 1..1000000; any other
+ * argument ends the parse with argp_error. */
+int parse_top(struct argp_state *state, const char *arg);
 
 /* A --format name into *f: text, collapsed, pprof, json, svg, and
  * memtrace only if `memtrace` (record writes a recording, report does not).

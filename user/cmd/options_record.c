@@ -231,9 +231,7 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		o->format_given = true;
 		break;
 	case 'n':
-		if (parse_long(arg, &v) || v < 1 || v > 1000000)
-			argp_error(state, "invalid --top '%s' (1..1000000 sites)", arg);
-		o->top = (int)v;
+		o->top = parse_top(state, arg);
 		o->top_given = true;
 		break;
 	case OPT_MAX_DEPTH:

@@ -40,16 +40,13 @@ static const struct argp_option diff_options[] = {
 static error_t diff_parse(int key, char *arg, struct argp_state *state)
 {
 	struct diff_opts *o = state->input;
-	long v;
 
 	switch (key) {
 	case 'o':
 		o->output = arg;
 		break;
 	case 'n':
-		if (parse_long(arg, &v) || v < 1 || v > 1000000)
-			argp_error(state, "invalid --top '%s' (1..1000000 sites)", arg);
-		o->top = (int)v;
+		o->top = parse_top(state, arg);
 		break;
 	case 'a':
 		if (parse_double(arg, &o->alpha) || !(o->alpha > 0 && o->alpha < 1))
@@ -159,9 +156,7 @@ static error_t report_parse(int key, char *arg, struct argp_state *state)
 		o->output = arg;
 		break;
 	case 'n':
-		if (parse_long(arg, &v) || v < 1 || v > 1000000)
-			argp_error(state, "invalid --top '%s' (1..1000000 sites)", arg);
-		o->top = (int)v;
+		o->top = parse_top(state, arg);
 		break;
 	case OPT_FROM:
 		if (parse_double(arg, &o->from) || !(o->from >= 0))
