@@ -24,7 +24,7 @@ static long ft_step(__u32 i, void *data)
 		__u16 frame_size;
 		__u16 num_live;
 	} h;
-	struct ch_frame_key k;
+	struct ch_frame_key k = {};
 	struct ch_frame_val v = {};
 	__u64 p;
 	__u8 na = 0;

@@ -309,7 +309,7 @@ struct {
 
 static __always_inline void minor5_lend_trigger(struct ch_proc *p, __u64 dom, __u32 tid)
 {
-	struct trig_loan loan;
+	struct trig_loan loan = {};
 	struct minor_view v;
 	struct ch_domain *d = minor5_at_reset(p, dom, tid, &v);
 

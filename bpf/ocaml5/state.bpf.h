@@ -28,11 +28,15 @@ struct {
 	__type(value, struct ch_domain);
 } domains SEC(".maps");
 
-/* OCaml 5: the countdown of domain `dom`, created with a fresh draw. */
+/* OCaml 5: the countdown of domain `dom`, created with a fresh draw and
+ * its minor heap not armed yet.  Every field of the new entry is set: a
+ * privileged BPF program may read uninitialised stack, and a stale
+ * minor_armed with a zero minor_trig left the domain's minor heap never
+ * sampled (one launch in ten). */
 static __always_inline __s64 *ocaml5_countdown(__u64 dom)
 {
 	struct ch_domain_key k = { .dom_state = dom, .tgid = bpf_get_current_pid_tgid() >> 32 };
-	struct ch_domain *d = bpf_map_lookup_elem(&domains, &k), fresh;
+	struct ch_domain *d = bpf_map_lookup_elem(&domains, &k), fresh = {};
 
 	if (d)
 		return &d->next_sample_words;
