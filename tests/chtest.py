@@ -9,12 +9,16 @@ lambda): mean lambda*W, variance lambda*W*(1-lambda).  A check passes when the
 observed count lies within Z standard deviations of the mean.  Z = 4.5 gives a
 two-sided false-alarm probability of 6.8e-6 per check; with fewer than 150
 such checks in a full `make test`, a correct sampler fails a run with
-probability below 1e-3 (Bonferroni).  Nothing is tuned to the observed data.
+probability below 1e-3 (Bonferroni).  A test that makes k checks as one
+(per-site agreement of two samplers) takes z_limit(k) for each, so that
+together they count as one such check.  Nothing is tuned to the observed
+data.
 """
 import math
 import os
 import re
 import select
+import statistics
 import signal
 import subprocess
 import tempfile
@@ -227,6 +231,14 @@ class Report:
         g = m.groups()
         return {"stops": int(g[0]), "service_us": float(g[1]), "writes": int(g[2]), "stale": int(g[3]),
                 "pending": int(g[4]), "errors": int(g[5]), "passed": int(g[6])}
+
+
+def z_limit(k):
+    """The |z| limit for each of k checks that together count as one
+    check of the suite: their family-wise false-alarm probability is that
+    of a single check at Z, 2 (1 - Phi(Z)) = 6.8e-6 (Bonferroni)."""
+    nd = statistics.NormalDist()
+    return nd.inv_cdf(1 - (1 - nd.cdf(Z)) / k)
 
 
 def check_binomial(samples, words, rate, what):

@@ -86,8 +86,8 @@ def check_fates(ours, mp):
     """camlheap's census counts against Gc.Memprof's tracker's, both
     {minor, promoted, dead_minor, major, dead_major} in sampled blocks: the
     fractions promoted, dead young and dead in the major heap agree.
-    Two-proportion z tests, Bonferroni over the 3 at a family-wise 1 %:
-    |z| <= 2.94."""
+    Two-proportion z tests; the 3 count as one check of the suite
+    (chtest.z_limit(3), Bonferroni)."""
     def z2(k1, n1, k2, n2):
         p = (k1 + k2) / (n1 + n2)
         sd = math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
@@ -99,18 +99,19 @@ def check_fates(ours, mp):
         ("dead in the major heap / in the major heap",
          ours["dead_major"], ours["promoted"] + ours["major"], mp["dead_major"], mp["promoted"] + mp["major"]),
     ]
+    zcrit = chtest.z_limit(len(checks))
     for what, k1, n1, k2, n2 in checks:
         assert n1 > 100 and n2 > 100, (what, ours, mp)
         z = z2(k1, n1, k2, n2)
-        assert abs(z) <= 2.94, "%s: camlheap %d/%d vs Gc.Memprof %d/%d (z = %.2f)" % (what, k1, n1, k2, n2, z)
+        assert abs(z) <= zcrit, "%s: camlheap %d/%d vs Gc.Memprof %d/%d (z = %.2f, limit %.2f)" % (
+            what, k1, n1, k2, n2, z, zcrit)
 
 
 def test_fates_agree_with_in_process_memprof():
     """Gc.Memprof's own tracker (promote, dealloc_minor, dealloc_major) and
     camlheap, sampling the same run independently at the same rate: the
     fractions of sampled blocks promoted, dead young and dead in the major
-    heap agree.  Two-proportion z tests, Bonferroni over the 3 at a
-    family-wise 1 %: |z| <= 2.94.  Gc.Memprof's sample is a fresh draw in
+    heap agree (check_fates).  Gc.Memprof's sample is a fresh draw in
     every run (Fixture.memprof_reseed), not the one its fixed seed gives.
     camlheap also samples Gc.Memprof's own callback records (about 40
     dead-young blocks in 5 400, measured): that moves the promoted

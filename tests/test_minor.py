@@ -7,7 +7,6 @@ import os
 import random
 import re
 import signal
-import statistics
 import subprocess
 import time
 
@@ -81,15 +80,15 @@ def test_minor_agrees_with_in_process_memprof():
     """The fixture runs Gc.Memprof itself at the same rate: both sample the
     same words independently, so per site the counts n1 (camlheap) and n2
     (Gc.Memprof) are independent binomials of one mean and (n1 - n2) /
-    sqrt(n1 + n2) is approximately standard normal.  The test is at the 1 %
-    level as a whole: Bonferroni over the k sites, |z| <= z(1 - 0.01 / 2k)."""
+    sqrt(n1 + n2) is approximately standard normal.  The k sites count as
+    one check of the suite (chtest.z_limit(k), Bonferroni)."""
     rate = 1e-4
     rc, out, rep, err = record_launch([fixture("alloc_minor"), "n=4000000", "memprof=%g" % rate], rate)
     assert rc == 0, err
     mp = {int(a): int(b) for a, b in re.findall(r"^MEMPROF (\d+) (\d+)$", out, re.M)}
     truth = chtest.parse_truth(out)
     assert len(truth) == 10, out
-    zcrit = statistics.NormalDist().inv_cdf(1 - 0.01 / (2 * len(truth)))
+    zcrit = chtest.z_limit(len(truth))
     for site in truth:
         lines = chtest.site_lines(site)
         n1 = rep.samples_at_lines(MOD, lines, "minor")
@@ -244,7 +243,7 @@ def test_observe_takes_the_programs_own_memprof_samples():
     rate (not --rate).  Each block's first sample is memprof's own; a block
     with more than one sample gets the rest from camlheap's draws, so per
     site the two counts agree up to those, which the two-sample test covers
-    (family-wise 1 %, as above)."""
+    (the sites as one check, as above)."""
     rate = 1e-4
     w = Waiting("alloc_minor", ["n=4000000", "memprof=%g" % rate, "early"] + DETERMINISTIC)
     r = Recorder(w.pid, 1e-3)
@@ -260,7 +259,7 @@ def test_observe_takes_the_programs_own_memprof_samples():
     assert rep.header.get("executor") == "observe: nothing written", rep.header
     mp = {int(a): int(b) for a, b in re.findall(r"^MEMPROF (\d+) (\d+)$", out, re.M)}
     truth = chtest.parse_truth(out)
-    zcrit = statistics.NormalDist().inv_cdf(1 - 0.01 / (2 * len(truth)))
+    zcrit = chtest.z_limit(len(truth))
     for site in truth:
         lines = chtest.site_lines(site)
         n1 = rep.samples_at_lines(MOD, lines, "minor")

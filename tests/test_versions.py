@@ -517,8 +517,7 @@ def _v5_3__fates_agree_with_in_process_memprof_in_another_run(name):
     major heap, camlheap's census against the program's own Gc.Memprof
     tracker (promote, dealloc_minor, dealloc_major), on two runs of the
     deterministic leak fixture (camlheap never arms a program's own
-    Gc.Memprof on 5.x).  Two-proportion z tests, Bonferroni over the 3 at
-    a family-wise 1 %: |z| <= 2.94."""
+    Gc.Memprof on 5.x).  Two-proportion z tests, as test_census.check_fates."""
     import re
     saved = _with_fixtures(name)
     try:
@@ -614,10 +613,10 @@ def _v5_3__minor_agrees_with_in_process_memprof_in_another_run(name):
     twice: once sampled by its own Gc.Memprof (a fresh random draw,
     Fixture.memprof_reseed), once by camlheap, both at 1e-4.  Per site the
     counts are independent Poisson-binomials of one mean: (n1 - n2) /
-    sqrt(n1 + n2) ~ N(0, 1), Bonferroni over the sites at 1 %."""
+    sqrt(n1 + n2) ~ N(0, 1); the sites count as one check of the suite
+    (chtest.z_limit, Bonferroni)."""
     import math
     import re
-    import statistics
     import test_minor
     saved = _with_fixtures(name)
     try:
@@ -635,7 +634,7 @@ def _v5_3__minor_agrees_with_in_process_memprof_in_another_run(name):
     truth = chtest.parse_truth(out)
     assert truth == chtest.parse_truth(mp_out), "the fixture is not deterministic: %s / %s" % (out, mp_out)
     assert rep.minor() and rep.minor()["missed"] == 0, rep.header.get("minor")
-    zcrit = statistics.NormalDist().inv_cdf(1 - 0.01 / (2 * len(truth)))
+    zcrit = chtest.z_limit(len(truth))
     for site in truth:
         lines = chtest.site_lines(site)
         n1 = rep.samples_at_lines(test_minor.MOD, lines, "minor")
