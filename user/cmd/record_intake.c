@@ -30,7 +30,9 @@
 #include "target/proc.h"
 
 /* Read the target's resident set and heap size; keep the reading if it
- * worked.  Returns 0 or -errno. */
+ * worked.  A reading without the heap (the runtime's counters unreadable:
+ * a program on its way out has freed them) does not replace one with it.
+ * Returns 0, -EAGAIN (the last full reading stands) or -errno. */
 int record_read_resident(struct intake *in)
 {
 	uint64_t doms[256];
@@ -38,6 +40,8 @@ int record_read_resident(struct intake *in)
 	struct resident r;
 	int ret = resident_read(in->pid, in->rt, in->bias, doms, nd, &r);
 
+	if (ret == 0 && !r.heap_words && in->res_valid && in->res.heap_words)
+		return -EAGAIN;
 	if (ret == 0 && in->malloc_libc && !in->libc_checked) {
 		char mapped[4096];
 
