@@ -20,7 +20,7 @@ DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-
             protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libjson-glib-dev \
             libclang-rt-14-dev libdevel-nytprof-perl chromium libxml2-utils gdb \
             libmicrohttpd-dev libsystemd-dev libcurl4-openssl-dev curl systemd python3-prometheus-client help2man \
-            libncurses-dev tmux golang-go
+            libncurses-dev tmux golang-go menhir ocaml-source
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD) \

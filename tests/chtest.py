@@ -91,12 +91,61 @@ class Report:
         self.text = text
         self.lines = text.splitlines()
         self.header = {}
-        self.sites = []
+        self.sites = []      # --by stack: one per callstack
+        self.points = []     # --by point (default): allocation points in detail
+        self.point_rows = [] # the table of allocation points
+        self.functions = []  # the table of functions
         cur = None
+        section = None
         for line in self.lines:
+            if re.match(r"^(Allocation points by|Functions by|Allocation points in detail|Top \d+ callstacks?|"
+                        r"All \d+ callstacks?|Live callstacks|Leak suspects)", line):
+                section = ("Allocation points in detail" if line.startswith("Allocation points in detail")
+                           else line.split(" ")[0] + " " + line.split(" ")[1])
+                cur = None
+                continue
             m = re.match(r"^(\w+)\s{2,}(.*)$", line)
-            if m and cur is None and not line.startswith("#"):
+            if m and section is None and not line.startswith("#"):
                 self.header[m.group(1)] = m.group(2)
+                continue
+            if section == "Allocation points" and re.match(r"^\s+\d+\s", line):
+                m = re.match(r"^\s+(\d+)\s+(\w+)\s+(.+?) \[(.+?) \.\. (.+?)\]\s+([\d.]+)%\s+([\d.]+)%\s+(.*)$", line)
+                assert m, line
+                self.point_rows.append({"rank": int(m.group(1)), "kind": m.group(2), "estimate": m.group(3),
+                                        "share": float(m.group(6)), "sum": float(m.group(7)), "point": m.group(8)})
+                continue
+            if section == "Functions by" and re.match(r"^  \S.*%  \S", line) and "flat [95% CI]" not in line:
+                m = re.match(r"^  (.+?) \[.+?\]\s+([\d.]+)%\s+([\d.]+)%\s+(.+?) \[.+?\]\s+([\d.]+)%\s+(.*)$", line)
+                assert m, line
+                self.functions.append({"flat": m.group(1), "flat_pct": float(m.group(2)), "sum_pct": float(m.group(3)),
+                                       "cum": m.group(4), "cum_pct": float(m.group(5)), "function": m.group(6)})
+                continue
+            if section == "Allocation points in detail":
+                m = re.match(r"^#(\d+)\s+(\w+)\s+(?:live )?(.+?)\s+\[95% CI (.+?) \.\. (.+?)\]\s+(\d+) samples?", line)
+                if m:
+                    cur = {"kind": m.group(2), "samples": int(m.group(6)), "at": None, "callers": [], "stacks": [],
+                           "more_stacks": 0}
+                    self.points.append(cur)
+                    continue
+                if cur is None:
+                    continue
+                m = re.match(r"^    at (.*)$", line)
+                if m:
+                    cur["at"] = m.group(1)
+                    continue
+                m = re.match(r"^      \s*([\d.]+)%  .+? \[.+?\]\s+(.*)$", line)
+                if m and not cur["stacks"]:
+                    cur["callers"].append((float(m.group(1)), m.group(2)))
+                    continue
+                m = re.match(r"^    callstack (\d+) of (\d+): ([\d.]+)% of the point, .+?, (\d+) samples?$", line)
+                if m:
+                    cur["nstacks"] = int(m.group(2))
+                    cur["stacks"].append({"samples": int(m.group(4)), "frames": []})
+                    continue
+                if line.startswith("      ") and cur["stacks"]:
+                    cur["stacks"][-1]["frames"].append(line.strip())
+                continue
+            if section is not None and section.split(" ")[0] not in ("Top", "All", "Live"):
                 continue
             m = re.match(r"^#(\d+)\s+(\w+)\s+live (.+?)\s+\[95% CI (.+?) \.\. (.+?)\]\s+(\d+) samples? in (\d+) blocks?", line)
             if m:  # a census site
@@ -265,7 +314,7 @@ def record_launch(cmd, rate, extra=(), timeout=300, stdin=None):
     """Launch-mode recording to a text report; returns (rc, fixture stdout, Report, stderr)."""
     d = tmpdir()
     out = os.path.join(d, "report.txt")
-    rc, so, se = run_record(["--rate", repr(rate), "--top", "100000", "-o", out] + list(extra), cmd,
+    rc, so, se = run_record(["--rate", repr(rate), "--top", "100000", "--by", "stack", "-o", out] + list(extra), cmd,
                             timeout=timeout, stdin=stdin)
     text = open(out).read() if os.path.exists(out) else ""
     return rc, so, Report(text), se
@@ -314,7 +363,7 @@ class Recorder:
         self.dir = tmpdir()
         self.out = out or os.path.join(self.dir, "report.txt")
         self.proc = subprocess.Popen([CAMLHEAP, "record", "-p", str(pid), "--rate", repr(rate), "--top", "100000",
-                                      "-o", self.out] + list(extra),
+                                      "--by", "stack", "-o", self.out] + list(extra),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.stderr = b""
 

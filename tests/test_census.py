@@ -197,7 +197,7 @@ def test_compaction_off_keeps_blocks_followed():
 def _census(pid, args, timeout=120):
     d = chtest.tmpdir()
     out = os.path.join(d, "census.txt")
-    p = subprocess.Popen([chtest.CAMLHEAP, "census", "-p", str(pid), "-o", out] + list(args),
+    p = subprocess.Popen([chtest.CAMLHEAP, "census", "-p", str(pid), "--by", "stack", "-o", out] + list(args),
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return p, out
 

@@ -176,7 +176,7 @@ def test_target_execs_another_program():
     rate = 1e-3
     d = tmpdir()
     out = os.path.join(d, "r.txt")
-    p = subprocess.Popen([CAMLHEAP, "record", "--rate", repr(rate), "-o", out, "--", fixture("execer")],
+    p = subprocess.Popen([CAMLHEAP, "record", "--rate", repr(rate), "--by", "stack", "-o", out, "--", fixture("execer")],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     r = Recorder.__new__(Recorder)
     r.proc, r.stderr, r.out = p, b"", out

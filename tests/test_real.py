@@ -30,7 +30,7 @@ def test_ocamlopt_outputs_identical_and_stacks_clean():
     for f in outputs:
         shutil.move(os.path.join(d, f), os.path.join(saved, f))
     report = os.path.join(tmpdir(), "ocamlopt.txt")
-    prof = _compile(d, [chtest.CAMLHEAP, "record", "--rate", "1e-3", "--top", "50", "-o", report, "--"])
+    prof = _compile(d, [chtest.CAMLHEAP, "record", "--rate", "1e-3", "--top", "50", "--by", "stack", "-o", report, "--"])
     assert prof.returncode == 0, prof.stderr
     assert prof.stdout == plain.stdout and b"camlheap: recording" in prof.stderr
     for f in outputs:

@@ -59,7 +59,16 @@ int parse_top(struct argp_state *state, const char *arg)
 {
 	long v;
 
-	if (parse_long(arg, &v) || v < 1 || v > 1000000)
-		argp_error(state, "invalid --top '%s' (1..1000000 sites)", arg);
+	if (parse_long(arg, &v) || v < 0 || v > 1000000)
+		argp_error(state, "invalid --top '%s' (1..1000000 entries, or 0 for all)", arg);
 	return (int)v;
+}
+
+bool parse_by(struct argp_state *state, const char *arg)
+{
+	if (!strcmp(arg, "stack"))
+		return true;
+	if (strcmp(arg, "point"))
+		argp_error(state, "unknown --by '%s' (point: allocation points, the default; stack: whole callstacks)", arg);
+	return false;
 }

@@ -14,7 +14,7 @@
 /* Long-only option keys: one numbering for the record, census, top and
  * report options that share them (the commands' own start at 0x200). */
 enum { OPT_MAX_DEPTH = 0x100, OPT_EXECUTOR, OPT_KEEP_AWAKE, OPT_LIVE, OPT_VALUE, OPT_NO_CENSUS, OPT_MAX_TRACKED, OPT_WAIT_MAJOR,
-       OPT_BY_DOMAIN, OPT_MALLOC, OPT_BUDGET, OPT_SERVE_FD, OPT_INTERVAL, OPT_OUTDIR };
+       OPT_BY_DOMAIN, OPT_MALLOC, OPT_BUDGET, OPT_SERVE_FD, OPT_INTERVAL, OPT_OUTDIR, OPT_BY };
 
 /* ---- options.c: option arguments --------------------------------------- */
 
@@ -24,9 +24,15 @@ enum { OPT_MAX_DEPTH = 0x100, OPT_EXECUTOR, OPT_KEEP_AWAKE, OPT_LIVE, OPT_VALUE,
 int parse_double(const char *s, double *out);
 int parse_long(const char *s, long *out);
 
-/* --top N: the number of sites a report shows, 1..1000000; any other
- * argument ends the parse with argp_error. */
+/* --top N: the entries each table of a report shows, 1..1000000, or 0
+ * for all (returned as 0); any other argument ends the parse with
+ * argp_error. */
 int parse_top(struct argp_state *state, const char *arg);
+
+/* --by point|stack for record, census and report: true for stack (whole
+ * callstacks ranked), false for point (allocation points, the default);
+ * any other argument ends the parse with argp_error. */
+bool parse_by(struct argp_state *state, const char *arg);
 
 /* A --format name into *f: text, collapsed, pprof, json, svg, and
  * memtrace only if `memtrace` (record writes a recording, report does not).

@@ -49,7 +49,10 @@ static const struct argp_option record_options[] = {
 	  "profile.proto: go tool pprof, Pyroscope, Parca; alloc_* and inuse_* sample types), json "
 	  "(docs/json.md), svg (interactive flame graph) or memtrace (the recording, default with -o)",
 	  0 },
-	{ "top", 'n', "N", 0, "Sites shown in the text report (default 20)", 0 },
+	{ "top", 'n', "N", 0, "Entries in each table of the text report (default 20; 0: all)", 0 },
+	{ "by", OPT_BY, "WHAT", 0,
+	  "What the text report ranks: point (default: allocation points, each with its callers and heaviest "
+	  "callstacks, then functions flat and cumulative) or stack (whole callstacks)", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
 	{ "executor", OPT_EXECUTOR, "WHICH", 0,
 	  "Who writes young_limit for minor-heap sampling: auto (default: kernel if allowed, else ptrace), "
@@ -116,7 +119,8 @@ static const struct argp_option census_options[] = {
 	{ "duration", 'd', "SECONDS", 0,
 	  "Stop after this many seconds (with --wait-major: whichever comes first; alone: no cycle count)", 0 },
 	{ "output", 'o', "FILE", 0, "Write the census to FILE (via a temporary file and rename; default stdout)", 0 },
-	{ "top", 'n', "N", 0, "Sites shown (default 20)", 0 },
+	{ "top", 'n', "N", 0, "Entries shown (default 20; 0: all)", 0 },
+	{ "by", OPT_BY, "WHAT", 0, "As for record: point (default) or stack", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
 	{ "executor", OPT_EXECUTOR, "WHICH", 0, "As for record: auto, kernel, ptrace or observe", 0 },
 	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default 262144)", 0 },
@@ -195,8 +199,8 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 		argp_error(state, "the command shares camlheap's stdout, so its own output would mix into this "
 				  "format: give -o FILE");
 	if (o->format == REPORT_MEMTRACE && (o->live || o->top_given))
-		argp_error(state, "--live and --top shape the text report; the recording keeps everything: use them "
-				  "with `camlheap report FILE` (--value live, --top N)");
+		argp_error(state, "--live, --top and --by shape the text report; the recording keeps everything: use "
+				  "them with `camlheap report FILE` (--value live, --top N, --by stack)");
 	if (!o->pid && !o->argv)
 		argp_error(state, "nothing to profile: give -p PID or -- COMMAND [ARGS...]");
 	if (o->pid && o->argv)
@@ -233,6 +237,10 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 	case 'n':
 		o->top = parse_top(state, arg);
 		o->top_given = true;
+		break;
+	case OPT_BY:
+		o->by_stack = parse_by(state, arg);
+		o->top_given = true; /* shapes the text report, as --top */
 		break;
 	case OPT_MAX_DEPTH:
 		if (parse_long(arg, &v) || v < 1 || v > CH_MAX_FRAMES)

@@ -53,12 +53,12 @@ static error_t diff_parse(int key, char *arg, struct argp_state *state)
 			argp_error(state, "invalid --alpha '%s' (0 < A < 1)", arg);
 		break;
 	case 'b':
-		if (!strcmp(arg, "line"))
+		if (!strcmp(arg, "line") || !strcmp(arg, "point"))
 			o->by_stack = 0;
 		else if (!strcmp(arg, "stack"))
 			o->by_stack = 1;
 		else
-			argp_error(state, "unknown --by '%s' (line or stack)", arg);
+			argp_error(state, "unknown --by '%s' (point, also called line, or stack)", arg);
 		break;
 	case ARGP_KEY_ARG:
 		if (!o->a)
@@ -118,7 +118,10 @@ static const struct argp_option report_options[] = {
 	  "peak live bytes); for pprof, the default sample type (alloc_space or inuse_space)",
 	  0 },
 	{ "output", 'o', "FILE", 0, "Write to FILE (via a temporary file and rename; default stdout)", 0 },
-	{ "top", 'n', "N", 0, "Sites shown in the text report (default 20)", 0 },
+	{ "top", 'n', "N", 0, "Entries in each table of the text report (default 20; 0: all)", 0 },
+	{ "by", OPT_BY, "WHAT", 0,
+	  "What the text report ranks: point (default: allocation points, with callers, callstacks and a "
+	  "function table) or stack (whole callstacks)", 0 },
 	{ "from", OPT_FROM, "SECONDS", 0, "Keep allocations from this time on (seconds from the end of the attach)", 0 },
 	{ "to", OPT_TO, "SECONDS", 0, "Keep allocations and deaths up to this time", 0 },
 	{ "focus", OPT_FOCUS, "STR", 0, "Keep allocations with a frame whose function or file contains STR (repeatable)", 0 },
@@ -132,6 +135,7 @@ struct report_cmd {
 	const char *input, *output;
 	enum report_format format;
 	int value, top;
+	bool by_stack;
 	double from, to;
 	long min_samples;
 	bool by_domain;
@@ -157,6 +161,9 @@ static error_t report_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case 'n':
 		o->top = parse_top(state, arg);
+		break;
+	case OPT_BY:
+		o->by_stack = parse_by(state, arg);
 		break;
 	case OPT_FROM:
 		if (parse_double(arg, &o->from) || !(o->from >= 0))
@@ -268,6 +275,7 @@ int report_command(int argc, char **argv)
 				"end of the attach, as the report's duration; --focus/--ignore match function names and "
 				"files, case-sensitively)\n", (unsigned long long)rl.allocs_read);
 	rl.meta.top = o.top;
+	rl.meta.by_stack = o.by_stack;
 	rl.meta.value = o.value;
 	rl.meta.build_id = rl.build_id;
 	if (o.min_samples > 1)

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+
 #include "target/elf_image.h"
 #include "target/frametable.h"
 #include "target/ocaml_runtime.h"
@@ -69,24 +70,6 @@ static int check_privileges(char *msg, size_t len)
 		 "(sudo camlheap ...)",
 		 bpf ? "" : " [CAP_BPF missing]", perfmon ? "" : " [CAP_PERFMON missing]");
 	return -EPERM;
-}
-
-
-
-
-static char *join_argv(char **argv)
-{
-	size_t len = 1;
-	char *s, *p;
-
-	for (char **a = argv; *a; a++)
-		len += strlen(*a) + 1;
-	s = p = malloc(len);
-	if (!s)
-		return NULL;
-	for (char **a = argv; *a; a++)
-		p += sprintf(p, "%s%s", a == argv ? "" : " ", *a);
-	return s;
 }
 
 static int status_to_exit(int status)
@@ -230,7 +213,7 @@ static int run_launch(struct run *r)
 		return ret == -ENOENT ? 127 : ret == -EACCES ? 126 : 2;
 	}
 	r->t.launched = true;
-	r->command = join_argv(r->o->argv);
+	r->command = proc_command_line(r->o->argv);
 	return 0;
 }
 
@@ -571,6 +554,7 @@ static void run_detach(struct run *r)
 	m->cpu_s = record_self_cpu_s(&m->max_rss_mib);
 	m->end_reason = r->reason;
 	m->value = r->o->value;
+	m->by_stack = r->o->by_stack;
 	if (m->census_on)
 		profile_census_compute(r->prof);
 }

@@ -35,7 +35,8 @@ struct record_opts {
 	bool live;                 /* record --live: per-site live and peak in the text report */
 	int value;                 /* enum report_value: what the report ranks / sums */
 	bool format_given;         /* --format was given (else -o FILE writes the recording) */
-	bool top_given;            /* --top was given */
+	bool top_given;            /* --top (or --by) was given */
+	bool by_stack;             /* --by stack: the text report ranks whole callstacks */
 	bool no_census;            /* --no-census: do not follow sampled blocks */
 	bool by_domain;            /* --by-domain: sites split by allocating domain (OCaml 5) */
 	uint32_t max_tracked;      /* --max-tracked: sampled blocks followed in the major heap at once */

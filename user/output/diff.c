@@ -448,7 +448,7 @@ int diff_run(const struct diff_opts *o)
 	fprintf(out.f, "result      %zu site%s changed significantly\n\n", nsig, nsig == 1 ? "" : "s");
 	fprintf(out.f, "%-12s %-12s %-9s %7s  %-12s %-12s %7s  %s\n", "alloc A", "alloc B", "change", "z",
 		"live A", "live B", "z", "site");
-	for (size_t i = 0; i < n && (int)i < o->top; i++) {
+	for (size_t i = 0; i < n && (o->top <= 0 || (int)i < o->top); i++) {
 		struct row *r = v[i];
 		char ch[32];
 

@@ -58,7 +58,8 @@ struct report_meta {
 	uint64_t counters[CH_CNT__COUNT]; /* BPF counters (enum ch_counter) */
 	double cpu_s;                  /* camlheap's own CPU time (user + system), seconds */
 	double max_rss_mib;            /* camlheap's own peak resident set, MiB */
-	int top;                       /* sites shown in the text report */
+	int top;                       /* entries shown in each table of the text report; <= 0: all */
+	bool by_stack;                 /* the text report ranks whole callstacks (--by stack), not allocation points */
 	bool census_on;                /* sampled blocks were followed to their death */
 	const char *census_off_why;    /* if not, why */
 	bool live;                     /* record --live: per-site live and peak figures */
@@ -98,9 +99,11 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
  * the leak suspects by score.  Returns 0 or -EIO. */
 int report_write_census(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods);
 
-/* Write collapsed stacks: one line per distinct callstack (all kinds
- * summed), frames root first separated by ';', each "Module.function"
- * (inlined frames expanded), a space, and the estimated allocated bytes as
+/* Write collapsed stacks: one line per distinct callstack (the heap's
+ * kinds summed; custom blocks' declared bytes, bigarray data and malloc
+ * each under a root frame "[outside_the_heap:_KIND]" of their own, never
+ * mixed into heap bytes), frames root first separated by ';', each
+ * "Module.function" (inlined frames expanded), a space, and the estimated allocated bytes as
  * an integer; `value` (enum report_value) live: the estimated bytes still
  * alive at the end instead, peak: each site's peak live bytes (stacks
  * with none are left out).  Returns 0 or -EIO. */

@@ -23,6 +23,14 @@ static char *collapsed_key(const struct profile_site *s, struct modules *mods, b
 	/* split by domain: each domain is a root of its own */
 	if (by_domain)
 		g_string_append_printf(g, "[domain_%u]", s->domain);
+	/* memory outside the OCaml heap is never drawn as heap: a root frame
+	 * of its own per kind (custom blocks' declared bytes, bigarray data,
+	 * malloc) */
+	if (s->kind == CH_KIND_CUSTOM || s->kind == CH_KIND_BIGARRAY || s->kind == CH_KIND_MALLOC)
+		g_string_append_printf(g, "%s[outside_the_heap:_%s]", g->len ? ";" : "",
+				       s->kind == CH_KIND_CUSTOM ? "custom_blocks_declare"
+				       : s->kind == CH_KIND_BIGARRAY ? "bigarray_data"
+								     : "malloc");
 	/* markers too: a collapsed frame holds no space (the value follows
 	 * the last one) */
 	if (!s->stack) {
@@ -52,7 +60,7 @@ static char *collapsed_key(const struct profile_site *s, struct modules *mods, b
 				g_string_append_c(g, *q == ';' || *q == ' ' ? '_' : *q);
 		}
 	}
-	if (!g->len || (by_domain && !strchr(g->str, ';') && s->stack->nframes == 0)) {
+	if (s->stack->nframes == 0 && s->stack->term == CH_TERM_CLEAN) {
 		if (g->len)
 			g_string_append_c(g, ';');
 		g_string_append(g, "[no_OCaml_frames]");
@@ -195,7 +203,7 @@ int report_write_svg(FILE *out, const struct profile *p, const struct report_met
 			m->selection ? " (after the selection)" : "");
 		return -ENODATA;
 	}
-	snprintf(title, sizeof(title), "camlheap: %s, %s (pid %d)%s%s%s",
+	snprintf(title, sizeof(title), "camlheap: %s, %s (pid %d); memory outside the OCaml heap under [outside the heap] roots%s%s%s",
 		 m->value == REPORT_VALUE_LIVE   ? "bytes alive at the end"
 		 : m->value == REPORT_VALUE_PEAK ? "each site's own peak live bytes, summed (sites peak at different times)"
 						 : "allocated bytes",

@@ -80,6 +80,76 @@ void report_print_lines(FILE *out, GPtrArray *lines);
  * NULL on allocation failure with *count 0. */
 struct site_group *report_group_sites(const struct profile *p, struct modules *mods, size_t *count, int by);
 
+/* An allocation point: the site groups of one kind (custom type,
+ * bigarray owner, domain with --by-domain) whose allocation has one
+ * source position, the innermost frame of the allocation with its
+ * Comballoc index applied (report_points.c). */
+struct point_group {
+	struct site_group sum;  /* summed over its stacks; sum.site: its heaviest stack's site */
+	const char *function;   /* of the allocation (the symbolizer's, or "[no OCaml frames]") */
+	const char *file;       /* NULL when unknown */
+	int line;               /* 0 when unknown */
+	const char *via;        /* malloc: the libc function that OCaml code called into C for (its
+				 * point is the OCaml caller's position); else NULL */
+	size_t *stacks;         /* indexes into report_groups.stacks, heaviest first */
+	size_t nstacks;
+};
+
+/* A function's figures, in samples of the ranking value (allocated, live
+ * or peak live): flat, at its own allocation points (it is the innermost
+ * frame, inlined frames expanded); cum, on callstacks it is anywhere on,
+ * once per callstack (recursion counts once), as pprof -top. */
+struct function_row {
+	const char *function;
+	uint64_t flat, cum;
+};
+
+/* Everything a report ranks, by one value (`by`, enum report_value). */
+struct report_groups {
+	struct site_group *stacks;   /* report_group_sites: by kind and printed stack, sorted */
+	size_t nstacks;
+	struct point_group *points;  /* sorted by the value, then samples */
+	size_t npoints;
+	struct function_row *funcs;  /* sorted by flat, then cum, then name */
+	size_t nfuncs;
+	uint64_t total;              /* the value summed over every stack, samples */
+	size_t *stack_ix;            /* storage of the points' stack lists */
+};
+
+/* The value a group is ranked by: samples, live or peak live samples. */
+uint64_t report_group_value(const struct site_group *g, int by);
+
+/* Group `p`'s sites by stack, by allocation point and by function, ranked
+ * by `by`.  Returns 0, or -1 on allocation failure (*r empty).  Free with
+ * report_groups_free. */
+int report_groups_build(const struct profile *p, struct modules *mods, int by, struct report_groups *r);
+void report_groups_free(struct report_groups *r);
+
+/* For each of the `n` sites (of the profile `r` was built from), the index
+ * in r->points of its allocation point, into out[n] ((size_t)-1 for a
+ * site in none, which does not happen for the profile's own sites). */
+void report_points_of_sites(const struct report_groups *r, struct modules *mods, const struct profile_site *const *sites,
+			    size_t n, size_t *out);
+
+/* A ranked group's header in the text report: "#rank  kind  estimate
+ * [95% CI]  samples  share of `total`" (of m->value), "at POINT" when `at`
+ * is not NULL, its type line, and
+ * with --live (or a live ranking) its live figures. */
+void report_group_header(FILE *out, const struct profile *p, const struct report_meta *m, const struct site_group *g,
+			 size_t rank, uint64_t total, const char *at);
+
+/* The same in the census: live estimate, blocks, median age, leak score. */
+void report_census_group_header(FILE *out, const struct profile *p, const struct site_group *g, size_t rank,
+				const char *at);
+
+/* The text (census: live) report's ranking by allocation point: a table
+ * of the top m->top points (all with m->top <= 0) by `by` with their
+ * intervals and shares, the functions table (flat and cum., pprof -top),
+ * then each of those points with its heaviest callstacks
+ * (report_text_points.c). */
+void report_text_points(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods,
+			const struct report_groups *r, int by, bool census);
+
 /* qsort order of site groups by leak score, then live samples. */
 int report_group_cmp_score(const void *a, const void *b);
 

@@ -314,6 +314,100 @@ static void json_site(JsonBuilder *jb, const struct profile *p, const struct rep
 	json_builder_end_object(jb);
 }
 
+/* "allocation_points": the sites grouped by allocation point (kind, type,
+ * domain, source position), by estimated bytes, each with the indices of
+ * its sites in "sites"; "functions": flat and cum. (pprof -top), of the
+ * allocated bytes and, with the census, of the live ones. */
+static void json_points(JsonBuilder *jb, const struct profile *p, const struct report_meta *m, struct modules *mods,
+			const struct profile_site **sites, size_t nsites)
+{
+	struct report_groups r, live = { 0 };
+	size_t *of = calloc(nsites ? nsites : 1, sizeof(*of));
+
+	if (!of || report_groups_build(p, mods, REPORT_VALUE_ALLOC, &r) < 0) {
+		free(of);
+		return;
+	}
+	if (m->census_on && report_groups_build(p, mods, REPORT_VALUE_LIVE, &live) < 0)
+		memset(&live, 0, sizeof(live));
+	report_points_of_sites(&r, mods, (const struct profile_site *const *)sites, nsites, of);
+	GHashTable *live_ix = g_hash_table_new(g_str_hash, g_str_equal);
+
+	for (size_t i = 0; i < live.nfuncs; i++)
+		g_hash_table_insert(live_ix, (gpointer)live.funcs[i].function, GSIZE_TO_POINTER(i + 1));
+	json_builder_set_member_name(jb, "allocation_points");
+	json_builder_begin_array(jb);
+	for (size_t i = 0; i < r.npoints; i++) {
+		const struct point_group *pg = &r.points[i];
+		const struct profile_site *s = pg->sum.site;
+
+		json_builder_begin_object(jb);
+		json_member_str(jb, "kind", report_kind_name(s->kind));
+		if (s->kind == CH_KIND_CUSTOM && profile_custom_name(p, s->subtype))
+			json_member_str(jb, "custom_type", profile_custom_name(p, s->subtype));
+		if (s->kind == CH_KIND_BIGARRAY)
+			json_member_str(jb, "bigarray_data", report_bigarray_owner(s->subtype));
+		if (s->kind == CH_KIND_MALLOC) {
+			json_builder_set_member_name(jb, "outside_ocaml");
+			json_builder_add_boolean_value(jb, (s->subtype & CH_MALLOC_OUTSIDE) != 0);
+		}
+		if (p->by_domain)
+			json_member_int(jb, "domain", s->domain);
+		json_member_str(jb, "function", pg->function);
+		json_member_str(jb, "file", pg->file);
+		json_member_int(jb, "line", pg->line);
+		if (pg->via)
+			json_member_str(jb, "via", pg->via);
+		json_member_int(jb, "samples", (int64_t)pg->sum.samples);
+		json_builder_set_member_name(jb, "bytes");
+		json_interval(jb, p, pg->sum.samples);
+		if (m->census_on) {
+			json_builder_set_member_name(jb, "live");
+			json_builder_begin_object(jb);
+			json_member_int(jb, "samples", (int64_t)pg->sum.live);
+			json_builder_set_member_name(jb, "bytes");
+			json_interval(jb, p, pg->sum.live);
+			json_builder_end_object(jb);
+		}
+		json_member_int(jb, "callstacks", (int64_t)pg->nstacks);
+		json_builder_set_member_name(jb, "sites");
+		json_builder_begin_array(jb);
+		for (size_t j = 0; j < nsites; j++)
+			if (of[j] == i)
+				json_builder_add_int_value(jb, (int64_t)j);
+		json_builder_end_array(jb);
+		json_builder_end_object(jb);
+	}
+	json_builder_end_array(jb);
+	json_builder_set_member_name(jb, "functions");
+	json_builder_begin_array(jb);
+	for (size_t i = 0; i < r.nfuncs; i++) {
+		const struct function_row *f = &r.funcs[i];
+
+		json_builder_begin_object(jb);
+		json_member_str(jb, "function", f->function);
+		json_member_int(jb, "flat_samples", (int64_t)f->flat);
+		json_builder_set_member_name(jb, "flat_bytes");
+		json_interval(jb, p, f->flat);
+		json_member_int(jb, "cum_samples", (int64_t)f->cum);
+		json_builder_set_member_name(jb, "cum_bytes");
+		json_interval(jb, p, f->cum);
+		if (m->census_on) {
+			gpointer at = g_hash_table_lookup(live_ix, f->function);
+			const struct function_row *l = at ? &live.funcs[GPOINTER_TO_SIZE(at) - 1] : NULL;
+
+			json_member_int(jb, "live_flat_samples", l ? (int64_t)l->flat : 0);
+			json_member_int(jb, "live_cum_samples", l ? (int64_t)l->cum : 0);
+		}
+		json_builder_end_object(jb);
+	}
+	json_builder_end_array(jb);
+	g_hash_table_destroy(live_ix);
+	report_groups_free(&live);
+	report_groups_free(&r);
+	free(of);
+}
+
 int report_write_json(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
 {
 	JsonBuilder *jb = json_builder_new();
@@ -347,6 +441,7 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 	for (size_t i = 0; i < nsites; i++)
 		json_site(jb, p, m, mods, sites[i], stack_ix);
 	json_builder_end_array(jb);
+	json_points(jb, p, m, mods, sites, nsites);
 	json_builder_end_object(jb);
 
 	root = json_builder_get_root(jb);

@@ -46,6 +46,9 @@ void report_site_type_line(FILE *out, const struct profile *p, const struct prof
 	} else if (s->kind == CH_KIND_MALLOC && (s->subtype & CH_MALLOC_OUTSIDE)) {
 		fprintf(out, "    no OCaml stack: called from a thread not running OCaml at that moment (a C thread, or a "
 			     "thread inside a blocking section)\n");
+	} else if (s->kind == CH_KIND_MALLOC && s->stack && s->stack->nframes <= 1) {
+		fprintf(out, "    no OCaml frame: called by the runtime's own C code before the OCaml program started "
+			     "(start-up: heap, tables, channels) or after it returned\n");
 	} else if (s->kind == CH_KIND_BIGARRAY) {
 		fprintf(out, "    bigarray data: %s\n",
 			s->subtype == CH_BA_OWNED ? "owned (malloc'ed for it by caml_ba_alloc, freed by its finaliser)"

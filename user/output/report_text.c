@@ -407,44 +407,45 @@ static void text_warnings(FILE *out, const struct profile *p, const struct repor
 		fprintf(out, "selection   %s\n", m->selection);
 }
 
-/* The top m->top site groups, each with its estimate, interval, share,
- * type, live figures and stack. */
-static void text_sites(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods,
-		       const struct site_group *groups, size_t ngroups, uint64_t hits)
+void report_group_header(FILE *out, const struct profile *p, const struct report_meta *m, const struct site_group *g,
+			 size_t rank, uint64_t total, const char *at)
 {
-	char b1[32], b2[32], b3[32];
+	char b1[32], b2[32], b3[32], dom[32] = "";
+	double lo, hi;
+	uint64_t v = report_group_value(g, m->value);
 
-	fprintf(out, "\nTop %d site%s by %s (of %zu site%s):\n", m->top, report_plural(m->top),
+	if (p->by_domain)
+		snprintf(dom, sizeof(dom), "  domain %u", g->site->domain);
+	profile_poisson_ci95(v, &lo, &hi);
+	fprintf(out, "\n#%zu  %s%s  %s  [95%% CI %s .. %s]  %" PRIu64 " sample%s  %.1f%%\n", rank,
+		report_kind_name(g->kind), dom, report_format_bytes(report_est_bytes(p, v), b1, sizeof(b1)),
+		report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)), report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)),
+		v, report_plural(v), total ? 100.0 * (double)v / (double)total : 0.0);
+	if (at)
+		fprintf(out, "    at %s\n", at);
+	report_site_type_line(out, p, g->site);
+	if ((m->live || m->value != REPORT_VALUE_ALLOC) && m->census_on)
+		site_live_line(out, p, g);
+}
+
+/* --by stack: the top m->top site groups, each with its estimate,
+ * interval, share, type, live figures and stack. */
+static void text_sites(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods,
+		       const struct report_groups *r)
+{
+	fprintf(out, "\n%s %zu callstack%s by %s (of %zu; by allocation point: --by point):\n",
+		m->top <= 0 || (size_t)m->top >= r->nstacks ? "All" : "Top",
+		m->top <= 0 || (size_t)m->top >= r->nstacks ? r->nstacks : (size_t)m->top,
+		report_plural(m->top <= 0 || (size_t)m->top >= r->nstacks ? r->nstacks : (size_t)m->top),
 		m->value == REPORT_VALUE_LIVE   ? "estimated bytes alive at the end"
 		: m->value == REPORT_VALUE_PEAK ? "peak estimated live bytes"
 						: "estimated bytes",
-		ngroups, report_plural(ngroups));
-	if (!ngroups)
-		fprintf(out, "\n  (no samples: %s)\n",
-			hits ? "the sampled kinds of allocation were too few for this rate"
-			     : report_minor_off(m) ? "the program made no direct major, custom or unmarshalled allocation while recorded"
-						: "the program allocated nothing while recorded");
-	for (size_t i = 0; i < ngroups && (int)i < m->top; i++) {
-		const struct site_group *g = &groups[i];
-		double lo, hi;
+		r->nstacks);
+	for (size_t i = 0; i < r->nstacks && (m->top <= 0 || (int)i < m->top); i++) {
 		GPtrArray *lines;
 
-		char dom[32] = "";
-
-		if (p->by_domain)
-			snprintf(dom, sizeof(dom), "  domain %u", g->site->domain);
-		profile_poisson_ci95(g->samples, &lo, &hi);
-		fprintf(out, "\n#%zu  %s%s  %s  [95%% CI %s .. %s]  %" PRIu64 " sample%s  %.1f%%\n", i + 1,
-			report_kind_name(g->kind), dom, report_format_bytes(report_est_bytes(p, g->samples), b1, sizeof(b1)),
-			report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)),
-			report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)), g->samples, report_plural(g->samples),
-			p->samples > p->uncounted_samples
-				? 100.0 * (double)g->samples / (double)(p->samples - p->uncounted_samples)
-				: 0.0);
-		report_site_type_line(out, p, g->site);
-		if ((m->live || m->value != REPORT_VALUE_ALLOC) && m->census_on)
-			site_live_line(out, p, g);
-		lines = report_site_lines(g->site, mods);
+		report_group_header(out, p, m, &r->stacks[i], i + 1, r->total, NULL);
+		lines = report_site_lines(r->stacks[i].site, mods);
 		report_print_lines(out, lines);
 		g_ptr_array_unref(lines);
 	}
@@ -452,8 +453,7 @@ static void text_sites(FILE *out, const struct profile *p, const struct report_m
 
 int report_write_text(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
 {
-	size_t ngroups = 0;
-	struct site_group *groups = report_group_sites(p, mods, &ngroups, m->value);
+	struct report_groups r;
 	const uint64_t *c = m->counters;
 	uint64_t hits = c[CH_CNT_HITS_MAJOR] + c[CH_CNT_HITS_CUSTOM] + c[CH_CNT_HITS_UNMARSHAL] + 2 * c[CH_CNT_DISPATCH];
 
@@ -466,22 +466,81 @@ int report_write_text(FILE *out, const struct profile *p, const struct report_me
 	text_minor_lines(out, m);
 	census_header(out, p, m);
 	text_warnings(out, p, m);
-	text_sites(out, p, m, mods, groups, ngroups, hits);
-	free(groups);
+	if (report_groups_build(p, mods, m->value, &r) < 0)
+		return -ENOMEM;
+	if (!r.nstacks)
+		fprintf(out, "\nNo allocation point: %s\n",
+			hits ? "the sampled kinds of allocation were too few for this rate"
+			: report_minor_off(m) ? "the program made no direct major, custom or unmarshalled allocation while recorded"
+					     : "the program allocated nothing while recorded");
+	else if (m->by_stack)
+		text_sites(out, p, m, mods, &r);
+	else
+		report_text_points(out, p, m, mods, &r, m->value, false);
+	report_groups_free(&r);
 	return ferror(out) ? -(errno ? errno : EIO) : 0; /* EPIPE: the reader went away */
+}
+
+void report_census_group_header(FILE *out, const struct profile *p, const struct site_group *g, size_t rank,
+				const char *at)
+{
+	char b1[32], b2[32], b3[32];
+	double lo, hi;
+
+	profile_poisson_ci95(g->live, &lo, &hi);
+	fprintf(out, "\n#%zu  %s  live %s  [95%% CI %s .. %s]  %" PRIu64 " sample%s in %" PRIu64 " block%s\n", rank,
+		report_kind_name(g->kind), report_format_bytes(report_est_bytes(p, g->live), b1, sizeof(b1)),
+		report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)), report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)),
+		g->live, report_plural(g->live), g->live_blocks, report_plural(g->live_blocks));
+	if (at)
+		fprintf(out, "    at %s\n", at);
+	fprintf(out, "    age: median %.1f major GCs", g->median_age);
+	if (g->cycles >= 2)
+		fprintf(out, "; leak score %s/cycle (live blocks born in %u of %u judged major cycles)%s",
+			report_format_bytes(g->score, b1, sizeof(b1)), g->retaining, g->cycles,
+			report_is_suspect(g) ? "  LEAK SUSPECT" : "");
+	if (g->relocated)
+		fprintf(out, "; %" PRIu64 " sample%s relocated by compaction (alive then, location unknown)", g->relocated,
+			report_plural(g->relocated));
+	fprintf(out, "\n");
+	report_site_type_line(out, p, g->site);
+}
+
+/* census --by stack: the live callstacks, each with its figures. */
+static void census_stacks(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods,
+			  const struct report_groups *r)
+{
+	size_t shown = 0;
+
+	for (size_t i = 0; i < r->nstacks; i++)
+		shown += r->stacks[i].live > 0;
+	fprintf(out, "\nLive callstacks by estimated live bytes (of %zu; top %d; by allocation point: --by point):\n",
+		shown, m->top);
+	for (size_t i = 0, rank = 0; i < r->nstacks && (m->top <= 0 || (int)rank < m->top); i++) {
+		GPtrArray *lines;
+
+		if (!r->stacks[i].live)
+			continue;
+		report_census_group_header(out, p, &r->stacks[i], ++rank, NULL);
+		lines = report_site_lines(r->stacks[i].site, mods);
+		report_print_lines(out, lines);
+		g_ptr_array_unref(lines);
+	}
 }
 
 int report_write_census(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
 {
-	size_t ngroups = 0, nsuspects = 0, shown = 0;
-	struct site_group *groups = report_group_sites(p, mods, &ngroups, REPORT_VALUE_LIVE);
-	char b1[32], b2[32], b3[32];
-	double lo, hi;
+	struct report_groups r;
+	struct site_group *groups;
+	size_t ngroups = 0, nsuspects = 0, live = 0;
+	char b1[32];
 
+	if (report_groups_build(p, mods, REPORT_VALUE_LIVE, &r) < 0)
+		return -ENOMEM;
 	fprintf(out,
-		"camlheap census: the live sampled heap of PID %d, by allocation site; only blocks allocated "
+		"camlheap census: the live sampled heap of PID %d, by allocation %s; only blocks allocated "
 		"after camlheap attached are in it (older ones are not sampled)\n",
-		m->pid);
+		m->pid, m->by_stack ? "callstack" : "point");
 	fprintf(out, "target      pid %d  %s  (OCaml %s)\n", m->pid, m->exe, m->ocaml_version);
 	fprintf(out, "rate        %g samples/word (one sample per %.0f words on average); executor %s\n", p->rate,
 		1.0 / p->rate, m->executor);
@@ -503,41 +562,24 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 	census_header(out, p, m);
 	malloc_line(out, m);
 	resident_line(out, p, m);
-	fprintf(out, "\nLive sites by estimated live bytes (of %zu site%s; top %d):\n", ngroups, report_plural(ngroups),
-		m->top);
-	for (size_t i = 0; i < ngroups; i++)
-		if (groups[i].live)
-			shown++;
-	if (!shown)
+	for (size_t i = 0; i < r.nstacks; i++)
+		live += r.stacks[i].live > 0;
+	if (!live)
 		fprintf(out, "\n  (no sampled block is alive: %s)\n",
 			p->followed_blocks ? "every block sampled since attach has died"
 					   : "nothing was sampled; wait longer (--wait-major N, --duration) or raise --rate");
-	for (size_t i = 0, rank = 0; i < ngroups && (int)rank < m->top; i++) {
-		const struct site_group *g = &groups[i];
-		GPtrArray *lines;
-
-		if (!g->live)
-			continue;
-		rank++;
-		profile_poisson_ci95(g->live, &lo, &hi);
-		fprintf(out, "\n#%zu  %s  live %s  [95%% CI %s .. %s]  %" PRIu64 " sample%s in %" PRIu64 " block%s\n",
-			rank, report_kind_name(g->kind), report_format_bytes(report_est_bytes(p, g->live), b1, sizeof(b1)),
-			report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)),
-			report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)), g->live, report_plural(g->live),
-			g->live_blocks, report_plural(g->live_blocks));
-		fprintf(out, "    age: median %.1f major GCs", g->median_age);
-		if (g->cycles >= 2)
-			fprintf(out, "; leak score %s/cycle (live blocks born in %u of %u judged major cycles)%s",
-				report_format_bytes(g->score, b1, sizeof(b1)), g->retaining, g->cycles,
-				report_is_suspect(g) ? "  LEAK SUSPECT" : "");
-		if (g->relocated)
-			fprintf(out, "; %" PRIu64 " sample%s relocated by compaction (alive then, location unknown)",
-				g->relocated, report_plural(g->relocated));
-		fprintf(out, "\n");
-		report_site_type_line(out, p, g->site);
-		lines = report_site_lines(g->site, mods);
-		report_print_lines(out, lines);
-		g_ptr_array_unref(lines);
+	else if (m->by_stack)
+		census_stacks(out, p, m, mods, &r);
+	else
+		report_text_points(out, p, m, mods, &r, REPORT_VALUE_LIVE, true);
+	/* the leak suspects of the same grouping */
+	if (m->by_stack) {
+		groups = r.stacks;
+		ngroups = r.nstacks;
+	} else {
+		groups = calloc(r.npoints ? r.npoints : 1, sizeof(*groups));
+		for (size_t i = 0; groups && i < r.npoints; i++)
+			groups[ngroups++] = r.points[i].sum;
 	}
 	/* leak suspects, by score */
 	for (size_t i = 0; i < ngroups; i++)
@@ -604,6 +646,8 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 		}
 		free(by_score);
 	}
-	free(groups);
+	if (groups != r.stacks)
+		free(groups);
+	report_groups_free(&r);
 	return ferror(out) ? -(errno ? errno : EIO) : 0;
 }

@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <glib.h>
+
 
 int proc_stat(pid_t pid, char *state, unsigned long long *starttime)
 {
@@ -229,4 +231,22 @@ int proc_launch(char *const argv[], const sigset_t *child_mask, pid_t *out, char
 int proc_launch_release(pid_t pid)
 {
 	return ptrace(PTRACE_DETACH, pid, 0, 0) < 0 ? -errno : 0;
+}
+
+char *proc_command_line(char *const argv[])
+{
+	GString *g = g_string_new(NULL);
+	char *s;
+
+	for (char *const *a = argv; *a; a++) {
+		bool plain = **a && strspn(*a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") ==
+					strlen(*a);
+		char *q = plain ? NULL : g_shell_quote(*a);
+
+		g_string_append_printf(g, "%s%s", a == argv ? "" : " ", q ? q : *a);
+		g_free(q);
+	}
+	s = strdup(g->str);
+	g_string_free(g, TRUE);
+	return s;
 }

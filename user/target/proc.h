@@ -56,4 +56,10 @@ int proc_launch_release(pid_t pid);
 /* Open a pidfd (readable when the process exits).  Returns fd or -errno. */
 int proc_pidfd(pid_t pid);
 
+/* argv (NULL-terminated) as one command line a shell would take back:
+ * arguments with anything but [A-Za-z0-9_@%+=:,./-] in them, or empty,
+ * single-quoted (glib's g_shell_quote).  Returns a malloc'ed string, or
+ * NULL on allocation failure. */
+char *proc_command_line(char *const argv[]);
+
 #endif
