@@ -155,6 +155,26 @@ def test_fixture_points_callers_and_functions_match_the_truth():
         assert fns[caller]["flat_samples"] == 0, fns[caller]
         check_binomial(fns[caller]["cum_samples"], truth[caller], rate, "cum of %s" % caller)
     assert fns["Points.cell"]["flat_samples"] == cell["samples"] == fns["Points.cell"]["cum_samples"]
+    # the operator: a point and a function of its own, named as OCaml writes it in pprof
+    op = [p for p in rep.points if p["at"].startswith("Points.(+>) (")]
+    assert len(op) == 1, [p["at"] for p in rep.points]
+    check_binomial(op[0]["samples"], truth["Points.op"], rate, "point ( +> )")
+    pb = os.path.join(d, "run.pb.gz")
+    _camlheap(["report", path, "--format", "pprof", "-o", pb])
+    top = subprocess.run(["go", "tool", "pprof", "-top", "-sample_index=alloc_space", pb], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, timeout=300).stdout.decode()
+    rows = {}
+    for l in top.splitlines():
+        m = re.match(r"^\s*([\d.]+[kMG]?B)\s+\S+\s+\S+\s+\S+\s+\S+\s+(.*)$", l)
+        if m:
+            rows[m.group(2)] = m.group(1)
+    assert "Points.( +> )" in rows and "Points." not in rows, top
+    mib = float(rows["Points.( +> )"][:-2]) * {"kB": 1 / 1024, "MB": 1, "GB": 1024}[rows["Points.( +> )"][-2:]]
+    ours = fns["Points.(+>)"]["flat_bytes"]["estimate"] / 2 ** 20
+    assert abs(mib - ours) <= 0.01 * ours, (rows["Points.( +> )"], ours)
+    traces = subprocess.run(["go", "tool", "pprof", "-traces", pb], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            timeout=300).stdout.decode()
+    assert "Points.( +> )" in traces and "Points.cell" in traces, traces[:2000]
     # --by stack: the callstacks whose leaf is the point add up to it
     whole = chtest.Report(_camlheap(["report", path, "--by", "stack", "--top", "0"]))
     assert not whole.points and whole.sites

@@ -235,14 +235,20 @@ static void test_demangle(void)
 	static const struct {
 		const char *in, *out;
 	} cases[] = {
-		{ "camlStdlib__List__map_236", "Stdlib.List.map" },
+		{ "camlStdlib__List__map_236", "Stdlib__List.map" },
 		{ "camlFoo__$2b$2b_12", "Foo.++" },
 		{ "camlStdlib__$40_123", "Stdlib.@" },
 		{ "camlChain__h_271", "Chain.h" },
 		{ "caml_alloc_shr", "caml_alloc_shr" },
 		{ "camlT2.f_322", "T2.f" },
-		{ "camlStdlib__List.map_236", "Stdlib.List.map" },
-		{ "camlStdlib__List__code_begin", "Stdlib.List.code_begin" },
+		{ "camlStdlib__List.map_236", "Stdlib__List.map" },
+		{ "camlStdlib__List__code_begin", "Stdlib__List.code_begin" },
+		/* a dune library's unit, a name starting with underscores (ocamllex) */
+		{ "camlCoccinelle_modules__Lexer_c____ocaml_lex_token_rec_1012",
+		  "Coccinelle_modules__Lexer_c.__ocaml_lex_token_rec" },
+		/* a name ending in underscores keeps them: no trailing "." */
+		{ "camlParse_cocci__dots_or___19700", "Parse_cocci.dots_or__" },
+		{ "camlCommon__$2b$3e_3012", "Common.+>" },
 		{ "main", "main" },
 	};
 	char buf[128], small[5];
@@ -722,7 +728,7 @@ static void test_table_pointers(const struct elf_image *img, const struct framet
 static void test_symbolizer(const struct elf_image *img, const struct frametable *ft)
 {
 	struct symbolizer *s;
-	size_t bad = 0, by_src[4] = { 0 };
+	size_t bad = 0, by_src[4] = { 0 }, unified = 0;
 	const char *why = "";
 	struct sym_frame fr[MAX_LOCS], again[MAX_LOCS];
 	enum sym_source src;
@@ -753,16 +759,34 @@ static void test_symbolizer(const struct elf_image *img, const struct frametable
 				why = "frame-table frames differ from the decoded locations";
 			}
 		} else if (src == SYM_SRC_SYMBOL) {
-			symbolize_demangle(elf_image_function_at(img, d->retaddr - 1)->name, want, sizeof(want));
-			if (strcmp(want, fr[0].function) != 0) {
+			/* the function's debuginfo name from another of its
+			 * descriptors (one name per function), else the
+			 * demangled symbol */
+			const struct elf_symbol *sym = elf_image_function_at(img, d->retaddr - 1);
+			bool named = false;
+
+			for (size_t j = i; !named && j-- > 0 && elf_image_function_at(img, ft->descrs[j].retaddr - 1) == sym;) {
+				int m = frametable_locations(ft, &ft->descrs[j], 0, locs, MAX_LOCS);
+
+				named = m > 0 && !strcmp(locs[m - 1].name, fr[0].function);
+			}
+			for (size_t j = i + 1; !named && j < ft->count &&
+					       elf_image_function_at(img, ft->descrs[j].retaddr - 1) == sym; j++) {
+				int m = frametable_locations(ft, &ft->descrs[j], 0, locs, MAX_LOCS);
+
+				named = m > 0 && !strcmp(locs[m - 1].name, fr[0].function);
+			}
+			unified += named;
+			symbolize_demangle(sym->name, want, sizeof(want));
+			if (!named && strcmp(want, fr[0].function) != 0) {
 				bad++;
-				why = "symbol fallback is not the demangled symbol";
+				why = "symbol fallback is neither the function's debuginfo name nor the demangled symbol";
 			}
 		}
 	}
 	check(!bad, "symbolizer on every descriptor", "%zu bad: %s", bad, why);
-	fprintf(stderr, "note: symbolizer sources: none %zu, symbol %zu, frametable %zu, dwarf %zu\n", by_src[0],
-		by_src[1], by_src[2], by_src[3]);
+	fprintf(stderr, "note: symbolizer sources: none %zu, symbol %zu (%zu named as their function's debuginfo names it), "
+			"frametable %zu, dwarf %zu\n", by_src[0], by_src[1], unified, by_src[2], by_src[3]);
 
 	if (ft->count) {
 		uint64_t r = ft->descrs[ft->count / 2].retaddr;
@@ -1075,6 +1099,89 @@ static void test_self_dwarf(void)
 	elf_image_close(img);
 }
 
+/* The demangler against the frame tables' own names on a real program:
+ * for every function symbol with a debuginfo'd descriptor, the demangled
+ * symbol has the debuginfo name's shape (the same compilation unit before
+ * the first ".", the definition's own name last, an anonymous function's
+ * "fun" standing for "(fun)"), never a trailing "." nor "..". */
+static void test_demangle_binary(const char *path)
+{
+	struct elf_image *img;
+	struct frametable *ft;
+	const struct elf_symbol *last = NULL;
+	struct ocaml_location locs[MAX_LOCS];
+	size_t funcs = 0, unit_ok = 0, unit_ambiguous = 0, name_ok = 0, malformed = 0;
+	char d[512], name[256];
+	const char *bad_unit = "", *bad_name = "";
+	static char bad_unit_buf[1100], bad_name_buf[1100];
+
+	bad_unit_buf[0] = bad_name_buf[0] = 0;
+
+	if (access(path, R_OK) || elf_image_open(path, &img)) {
+		fprintf(stderr, "note: %s not installed: its demangling not checked\n", path);
+		return;
+	}
+	if (frametable_load(img, &ft)) {
+		check(false, "demangle a real program", "%s: no frame table", path);
+		elf_image_close(img);
+		return;
+	}
+	for (size_t i = 0; i < ft->count; i++) {
+		const struct frame_descr *fd = &ft->descrs[i];
+		const struct elf_symbol *sym = elf_image_function_at(img, fd->retaddr - 1);
+		const char *n, *dot, *dlast, *nlast;
+		int m;
+
+		if (!sym || sym == last || !fd->has_debuginfo || strncmp(sym->name, "caml", 4) ||
+		    !isupper((unsigned char)sym->name[4]))
+			continue;
+		m = frametable_locations(ft, fd, 0, locs, MAX_LOCS);
+		if (m <= 0)
+			continue;
+		last = sym;
+		funcs++;
+		n = locs[m - 1].name;
+		symbolize_demangle(sym->name, d, sizeof(d));
+		malformed += d[strlen(d) - 1] == '.' || strstr(d, "..") != NULL;
+		/* a unit's initialisation code is named by the unit alone,
+		 * its symbol caml<Unit>__entry */
+		dot = strchr(n, '.');
+		if (dot ? !strncmp(d, n, (size_t)(dot - n) + 1) : !strncmp(d, n, strlen(n)) && d[strlen(n)] == '.')
+			unit_ok++;
+		else if (dot && strstr(sym->name + 4 + (dot - n) + 2, "__"))
+			unit_ambiguous++; /* "mem__imp": a "__" past the unit, which no symbol tells apart */
+		else if (strlen(bad_unit_buf) < 600)
+			bad_unit = (snprintf(bad_unit_buf + strlen(bad_unit_buf), sizeof(bad_unit_buf) - strlen(bad_unit_buf),
+					     "%s -> %s, debuginfo %s; ", sym->name, d, n), bad_unit_buf);
+		dlast = strrchr(d, '.');
+		nlast = strrchr(n, '.');
+		snprintf(name, sizeof(name), "%s", nlast ? nlast + 1 : n);
+		if (dlast && (!strcmp(dlast + 1, name) || (!strcmp(dlast + 1, "fun") && !strcmp(name, "(fun)")) ||
+			      (!dot && !strcmp(dlast + 1, "entry"))))
+			name_ok++;
+		else if (strlen(bad_name_buf) < 600)
+			bad_name = (snprintf(bad_name_buf + strlen(bad_name_buf), sizeof(bad_name_buf) - strlen(bad_name_buf),
+					     "%s -> %s, debuginfo %s; ", sym->name, d, n), bad_name_buf);
+	}
+	fprintf(stderr, "note: %s: %zu functions with debuginfo; demangled unit as debuginfo's %zu, name %zu\n", path,
+		funcs, unit_ok, name_ok);
+	check(funcs > 100 && !malformed, "demangled names are well formed", "%s: %zu functions, %zu malformed", path,
+	      funcs, malformed);
+	/* every unit; names: some definitions are renamed by the compiler
+	 * (a function bound by a pattern, a partial application's wrapper) */
+	check(unit_ok + unit_ambiguous == funcs, "demangled unit is the debuginfo's", "%s: %zu of %zu; first: %s", path,
+	      unit_ok + unit_ambiguous, funcs, bad_unit);
+	/* names: the compiler names some code after another definition (a
+	 * closure after its binding, a functor's body: "Back.write" is
+	 * "Back.write.P.filename"), which the symbolizer's one name per
+	 * function resolves from the debuginfo; measured 91 % on ocamlopt.opt
+	 * and 89 % on menhir */
+	check(name_ok * 100 >= funcs * 85, "demangled name is the debuginfo's", "%s: %zu of %zu; first: %s", path,
+	      name_ok, funcs, bad_name);
+	frametable_free(ft);
+	elf_image_close(img);
+}
+
 int main(int argc, char **argv)
 {
 	const char *ocamlopt = getenv("CAMLHEAP_OCAMLOPT");
@@ -1085,6 +1192,8 @@ int main(int argc, char **argv)
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	test_demangle();
+	test_demangle_binary("/usr/bin/ocamlopt.opt");
+	test_demangle_binary("/usr/bin/menhir");
 	test_limit_layout();
 	test_self_dwarf();
 	test_ocamlopt(ocamlopt ? ocamlopt : DEFAULT_OCAMLOPT);

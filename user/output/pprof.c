@@ -49,6 +49,33 @@ static void *own(struct builder *b, void *p)
 	return p;
 }
 
+/* The name pprof shows for OCaml's `name`.  go tool pprof takes a name
+ * equal to its system_name for an undemangled one and, if it looks like
+ * C++ (any of "<>[]" or "::"), strips what is in parentheses: "Op.(+>)"
+ * would show as "Op.", every operator of a module as one node (pprof
+ * internal/symbolizer demangleSingleFunction, looksLikeDemangledCPlusPlus).
+ * Such a name is written as OCaml code writes the operator, "Op.( +> )",
+ * which differs from the exact system_name and is then shown as is.
+ * Returns `name` itself, or a g_malloc'ed string owned by the builder. */
+static const char *pprof_name(struct builder *b, const char *name)
+{
+	GString *g;
+
+	if (!strpbrk(name, "<>[]") && !strstr(name, "::"))
+		return name;
+	g = g_string_new(NULL);
+	for (const char *p = name; *p; p++) {
+		if (*p == '(' && p[1] && p[1] != ' ' && strncmp(p, "(fun)", 5)) {
+			g_string_append(g, "( ");
+		} else if (*p == ')' && p > name && p[-1] != ' ' && !(p - name >= 4 && !strncmp(p - 4, "(fun)", 5))) {
+			g_string_append(g, " )");
+		} else {
+			g_string_append_c(g, *p);
+		}
+	}
+	return own(b, g_string_free(g, FALSE));
+}
+
 static uint64_t function_id(struct builder *b, const struct sym_frame *f)
 {
 	char *key = g_strdup_printf("%s%c%s", f->function ? f->function : "?", 0, f->file ? f->file : "");
@@ -69,8 +96,8 @@ static uint64_t function_id(struct builder *b, const struct sym_frame *f)
 	}
 	perftools__profiles__function__init(fn);
 	fn->id = b->function_v->len + 1;
-	fn->name = str_ix(b, f->function ? f->function : "?");
-	fn->system_name = fn->name;
+	fn->name = str_ix(b, pprof_name(b, f->function ? f->function : "?"));
+	fn->system_name = str_ix(b, f->function ? f->function : "?");
 	fn->filename = str_ix(b, f->file);
 	fn->start_line = f->start_line > 0 ? f->start_line : 0;
 	g_ptr_array_add(b->function_v, fn);

@@ -171,9 +171,24 @@ void symbolizer_close(struct symbolizer *s)
 	free(s);
 }
 
+/* Copy p[from, to) into buf at *o, "$xx" hex escapes decoded. */
+static void demangle_copy(const char *p, size_t from, size_t to, char *buf, size_t buflen, size_t *o)
+{
+	for (size_t i = from; i < to && *o + 1 < buflen;) {
+		if (p[i] == '$' && i + 2 < to && isxdigit((unsigned char)p[i + 1]) && isxdigit((unsigned char)p[i + 2])) {
+			char hex[3] = { p[i + 1], p[i + 2], 0 };
+
+			buf[(*o)++] = (char)strtol(hex, NULL, 16);
+			i += 3;
+		} else {
+			buf[(*o)++] = p[i++];
+		}
+	}
+}
+
 void symbolize_demangle(const char *sym, char *buf, size_t buflen)
 {
-	size_t n, end, k, o = 0;
+	size_t n, end, k, o = 0, sep = 0;
 	const char *p;
 
 	if (!buflen)
@@ -192,20 +207,30 @@ void symbolize_demangle(const char *sym, char *buf, size_t buflen)
 	for (k = n; k > 0 && isdigit((unsigned char)p[k - 1]); k--)
 		;
 	end = (k < n && k > 1 && p[k - 1] == '_') ? k - 1 : n;
+	/* 4.x: the unit ends at the last run of two or more underscores with
+	 * something on both sides; the unit keeps its own "__" (a dune
+	 * library's "Lib__Mod", as the frame table's debuginfo names it) and
+	 * the name keeps the underscores beyond the separator's two
+	 * ("Lexer____ocaml_lex_main" is Lexer.__ocaml_lex_main).  5.x puts a
+	 * "." there itself. */
+	if (!memchr(p, '.', end))
+		for (size_t i = 1; i + 2 < end; i++)
+			if (p[i] == '_' && p[i + 1] == '_' && p[i - 1] != '_') {
+				size_t j = i;
 
-	for (size_t i = 0; i < end && o + 1 < buflen;) {
-		if (p[i] == '_' && i + 1 < end && p[i + 1] == '_') {
+				while (j < end && p[j] == '_')
+					j++;
+				if (j < end)
+					sep = i;
+				i = j;
+			}
+	if (sep) {
+		demangle_copy(p, 0, sep, buf, buflen, &o);
+		if (o + 1 < buflen)
 			buf[o++] = '.';
-			i += 2;
-		} else if (p[i] == '$' && i + 2 < end && isxdigit((unsigned char)p[i + 1]) &&
-			   isxdigit((unsigned char)p[i + 2])) {
-			char hex[3] = { p[i + 1], p[i + 2], 0 };
-
-			buf[o++] = (char)strtol(hex, NULL, 16);
-			i += 3;
-		} else {
-			buf[o++] = p[i++];
-		}
+		demangle_copy(p, sep + 2, end, buf, buflen, &o);
+	} else {
+		demangle_copy(p, 0, end, buf, buflen, &o);
 	}
 	buf[o] = '\0';
 }
@@ -320,9 +345,45 @@ static const char *symbolizer_ocaml_path(struct symbolizer *s, Dwarf_Die *cudie,
 	return symbolizer_intern(s, rec);
 }
 
+/* One name per function: a return address without debuginfo of its own
+ * (a frame the compiler recorded none for) in a function that has some
+ * elsewhere takes the function's debuginfo name (the outermost location of
+ * any of its descriptors: "DoOut.Make.alloc_buff", where the symbol gives
+ * "DoOut.alloc_buff"), so that one function never shows under two names.
+ * NULL if no descriptor inside `sym` has debuginfo. */
+static const char *symbolizer_debuginfo_name(struct symbolizer *s, const struct elf_symbol *sym)
+{
+	struct ocaml_location locs[SYMBOLIZE_MAX_FRAMES];
+	size_t lo = 0, hi;
+
+	if (!s->ft || !sym->size)
+		return NULL;
+	hi = s->ft->count;
+	while (lo < hi) { /* the first descriptor past the symbol's start */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (s->ft->descrs[mid].retaddr <= sym->vaddr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < s->ft->count && s->ft->descrs[i].retaddr <= sym->vaddr + sym->size; i++) {
+		const struct frame_descr *d = &s->ft->descrs[i];
+		int n;
+
+		if (!d->has_debuginfo)
+			continue;
+		n = frametable_locations(s->ft, d, 0, locs, SYMBOLIZE_MAX_FRAMES);
+		if (n > 0 && locs[n - 1].name && locs[n - 1].name[0])
+			return symbolizer_intern(s, locs[n - 1].name);
+	}
+	return NULL;
+}
+
 static const char *symbolizer_symbol_name(struct symbolizer *s, uint64_t retaddr)
 {
 	const struct elf_symbol *sym;
+	const char *name;
 	char buf[512];
 
 	/* retaddr - 1 is inside the call: a call that never returns (raise,
@@ -331,6 +392,9 @@ static const char *symbolizer_symbol_name(struct symbolizer *s, uint64_t retaddr
 	sym = elf_image_function_at(s->img, retaddr ? retaddr - 1 : 0);
 	if (!sym)
 		return NULL;
+	name = symbolizer_debuginfo_name(s, sym);
+	if (name)
+		return name;
 	symbolize_demangle(sym->name, buf, sizeof(buf));
 	return symbolizer_intern(s, buf);
 }

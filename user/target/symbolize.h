@@ -57,11 +57,15 @@ void symbolizer_close(struct symbolizer *s);
 int symbolizer_lookup(struct symbolizer *s, uint64_t retaddr, unsigned alloc_idx, struct sym_frame *out,
 		      int max, enum sym_source *src);
 
-/* Demangle an OCaml 4.x native symbol: "camlStdlib__List__map_236" ->
- * "Stdlib.List.map", "camlChain__h_271" -> "Chain.h", "$xx" hex escapes
- * decoded ("camlStdlib__$40_123" -> "Stdlib.@"); 5.x "camlT2.f_322" ->
- * "T2.f".  Names that are not OCaml symbols are copied unchanged.
- * Writes a NUL-terminated string into buf (truncated to buflen). */
+/* Demangle an OCaml native symbol into the frame table's debuginfo shape
+ * (the compilation unit as named, "." and the definition):
+ * "camlStdlib__List__map_236" -> "Stdlib__List.map", a dune library's
+ * "camlLib__Lexer____ocaml_lex_main_12" -> "Lib__Lexer.__ocaml_lex_main",
+ * "$xx" hex escapes decoded ("camlStdlib__$40_123" -> "Stdlib.@"); 5.x
+ * "camlT2.f_322" -> "T2.f".  Source: 4.14 asmcomp/compilenv.ml make_symbol
+ * (unit "__" name "_" stamp), 5.1 middle_end/compilenv.ml (unit "." name).
+ * Names that are not OCaml symbols are copied unchanged.  Writes a
+ * NUL-terminated string into buf (truncated to buflen). */
 void symbolize_demangle(const char *sym, char *buf, size_t buflen);
 
 #endif
