@@ -108,6 +108,9 @@ def _check_points(path):
             else:
                 assert frames and pt["at"].startswith(frames[0]), pt
         assert all(a["samples"] >= b["samples"] for a, b in zip(pt["stacks"], pt["stacks"][1:])), pt
+    # every frame named as the text names it (a recording symbolized each leaf with its Comballoc index)
+    assert not [f for f in js["frames"] if f.get("function", "").startswith("0x")], \
+        [f for f in js["frames"] if f.get("function", "").startswith("0x")][:5]
     # the JSON's own points: the same sums, every site in one
     ap = js["allocation_points"]
     assert sorted(i for p in ap for i in p["sites"]) == list(range(len(js["sites"])))
@@ -258,3 +261,22 @@ def test_collapsed_never_mixes_memory_outside_the_heap_into_heap_bytes():
         # each line is rounded to whole bytes
         assert abs(sums[k] - want[k] / rate * 8) <= lines[k], (k, sums[k], want[k] / rate * 8)
     assert want["bigarray"] > 0 and want["malloc"] > 0 and want["heap"] > 0, want
+
+
+def test_command_line_reads_back_in_a_shell_whatever_its_bytes():
+    """The recording's command line is valid UTF-8 (its metadata is JSON:
+    a stray byte once emptied the whole header) and types back the same
+    argv in bash: quotes, spaces, a newline, bytes that are not UTF-8."""
+    args = [fixture("points"), "n=10", "a b", "it's", "x\ny", b"\xff\xfe".decode("latin-1"), ""]
+    argv = [a.encode("latin-1") if a == "\xff\xfe" else a.encode() for a in args]
+    d = tmpdir()
+    path = os.path.join(d, "run.ctf")
+    p = subprocess.run([chtest.CAMLHEAP.encode(), b"record", b"--rate", b"1e-3", b"-o", path.encode(), b"--"] + argv,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    assert p.returncode == 2, p.stderr  # the fixture's own usage error, passed through
+    rep = chtest.Report(_camlheap(["report", path]))
+    assert "OCaml ?" not in rep.header.get("target", "") and rep.header.get("executor"), rep.header
+    cmd = rep.header["command"]
+    back = subprocess.run(["bash", "-c", "a=(%s); printf '%%s\\0' \"${a[@]}\"" % cmd],
+                          stdout=subprocess.PIPE, timeout=30).stdout
+    assert back.split(b"\0")[:-1] == argv, (cmd, back)

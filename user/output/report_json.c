@@ -204,11 +204,15 @@ static void json_stacks(JsonBuilder *jb, GPtrArray *stacks, struct modules *mods
 		json_builder_set_member_name(jb, "frames");
 		json_builder_begin_array(jb);
 		for (uint32_t j = 0; j < s->stack->nframes; j++) {
-			/* the leaf is shown for each Comballoc index by its site */
-			int n = modules_lookup(mods, s->stack->frames[j], 0, fr, MAX_INLINE);
+			/* the leaf as the stack's first site allocates there (its
+			 * Comballoc index: a recording symbolized the leaf with it;
+			 * each site's own is its "allocation") */
+			unsigned idx = j == 0 ? s->alloc_idx : 0;
+			int n = modules_lookup(mods, s->stack->frames[j], idx, fr, MAX_INLINE);
 
 			for (int k = 0; k < n; k++) {
-				uint64_t key = s->stack->frames[j] * MAX_INLINE + (uint64_t)k;
+				/* pc * MAX_INLINE < 2^56 (user addresses): the index above */
+				uint64_t key = (s->stack->frames[j] * MAX_INLINE + (uint64_t)k) | ((uint64_t)idx << 56);
 				gpointer v;
 
 				if (!g_hash_table_lookup_extended(fix, &key, NULL, &v)) {
@@ -226,9 +230,9 @@ static void json_stacks(JsonBuilder *jb, GPtrArray *stacks, struct modules *mods
 	json_builder_set_member_name(jb, "frames");
 	json_builder_begin_array(jb);
 	for (guint i = 0; i < order->len; i++) {
-		uint64_t key = g_array_index(order, uint64_t, i), pc = key / MAX_INLINE;
+		uint64_t key = g_array_index(order, uint64_t, i), rest = key & ((1ULL << 56) - 1), pc = rest / MAX_INLINE;
 		struct sym_frame fr[MAX_INLINE];
-		int k = (int)(key % MAX_INLINE), n = modules_lookup(mods, pc, 0, fr, MAX_INLINE);
+		int k = (int)(rest % MAX_INLINE), n = modules_lookup(mods, pc, (unsigned)(key >> 56), fr, MAX_INLINE);
 		char pcs[32];
 
 		json_builder_begin_object(jb);

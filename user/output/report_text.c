@@ -149,18 +149,18 @@ live:
 }
 
 /* record --live: a site's live figures, under its header line. */
-static void site_live_line(FILE *out, const struct profile *p, const struct site_group *g)
+static void site_live_line(FILE *out, const struct profile *p, const struct site_group *g, bool point)
 {
 	char b1[32], b2[32], b3[32], b4[32];
 	double lo, hi;
 	uint64_t dead = g->dead;
 
 	profile_poisson_ci95(g->live, &lo, &hi);
-	fprintf(out, "    live at end %s [95%% CI %s .. %s] %" PRIu64 " sample%s in %" PRIu64 " block%s; peak live %s",
+	fprintf(out, "    live at end %s [95%% CI %s .. %s] %" PRIu64 " sample%s in %" PRIu64 " block%s; peak live %s%s",
 		report_format_bytes(report_est_bytes(p, g->live), b1, sizeof(b1)),
 		report_format_bytes(lo / p->rate * 8.0, b2, sizeof(b2)), report_format_bytes(hi / p->rate * 8.0, b3, sizeof(b3)),
 		g->live, report_plural(g->live), g->live_blocks, report_plural(g->live_blocks),
-		report_format_bytes(report_est_bytes(p, g->peak), b4, sizeof(b4)));
+		point ? "at most " : "", report_format_bytes(report_est_bytes(p, g->peak), b4, sizeof(b4)));
 	if (g->kind == CH_KIND_MINOR)
 		fprintf(out, "; %" PRIu64 " of %" PRIu64 " sampled blocks promoted", g->promoted, g->followed);
 	if (g->unfollowed)
@@ -425,7 +425,7 @@ void report_group_header(FILE *out, const struct profile *p, const struct report
 		fprintf(out, "    at %s\n", at);
 	report_site_type_line(out, p, g->site);
 	if ((m->live || m->value != REPORT_VALUE_ALLOC) && m->census_on)
-		site_live_line(out, p, g);
+		site_live_line(out, p, g, at != NULL);
 }
 
 /* --by stack: the top m->top site groups, each with its estimate,

@@ -16,7 +16,8 @@
 static const char *value_name(int by)
 {
 	return by == REPORT_VALUE_LIVE ? "estimated bytes alive at the end"
-	       : by == REPORT_VALUE_PEAK ? "peak estimated live bytes (a point's: the sum of its callstacks' peaks)"
+	       : by == REPORT_VALUE_PEAK ? "peak estimated live bytes (a point's: at most the sum of its callstacks' own "
+					   "peaks, reached at different times)"
 					 : "estimated bytes allocated";
 }
 
@@ -138,9 +139,20 @@ static void functions_table(FILE *out, const struct profile *p, const struct rep
 /* Callers listed under each point in detail. */
 #define CALLERS_PER_POINT 5
 
+/* The Stdlib and its Camlinternal* modules (CamlinternalFormat under
+ * Printf): a Stdlib point's callers are looked for past them. */
 static bool in_stdlib(const char *function)
 {
-	return !strncmp(function, "Stdlib", 6) && (function[6] == '.' || function[6] == '_');
+	return (!strncmp(function, "Stdlib", 6) && (function[6] == '.' || function[6] == '_')) ||
+	       !strncmp(function, "Camlinternal", 12);
+}
+
+/* Code no program wrote: the compiler's application and currying stubs
+ * (caml_applyN, caml_curryN, caml_tuplifyN, caml_send*) and the runtime's
+ * C functions, never a point's caller. */
+static bool is_stub(const char *function)
+{
+	return !strncmp(function, "caml_", 5);
 }
 
 /* The caller a point's callstack is credited to: its first frame (inlined
@@ -152,7 +164,7 @@ static void caller_of(const struct site_group *sg, const struct point_group *pg,
 		      size_t len)
 {
 	const struct profile_site *s = sg->site;
-	bool skip_stdlib = in_stdlib(pg->function);
+	bool skip_stdlib = in_stdlib(pg->function) || is_stub(pg->function);
 	struct sym_frame fr[MAX_INLINE];
 
 	buf[0] = 0;
@@ -161,7 +173,8 @@ static void caller_of(const struct site_group *sg, const struct point_group *pg,
 		int n = modules_lookup(mods, s->stack->frames[i], i == 0 ? s->alloc_idx : 0, fr, MAX_INLINE);
 
 		for (int j = 0; j < n; j++) {
-			if (!strcmp(fr[j].function, pg->function) || (skip_stdlib && in_stdlib(fr[j].function)))
+			if (!strcmp(fr[j].function, pg->function) || is_stub(fr[j].function) ||
+			    (skip_stdlib && in_stdlib(fr[j].function)))
 				continue;
 			if (fr[j].file && fr[j].line)
 				snprintf(buf, len, "%s (%s:%d)", fr[j].function, fr[j].file, fr[j].line);
@@ -213,11 +226,18 @@ static void point_callers(FILE *out, const struct profile *p, struct modules *mo
 	}
 	g_array_sort(rows, caller_cmp);
 	if (rows->len > 1 || pg->nstacks > STACKS_PER_POINT) {
-		fprintf(out, "    called from (first frame outside %s): %u caller%s\n",
-			in_stdlib(pg->function) ? "it and the Stdlib" : "the function", rows->len, report_plural(rows->len));
+		guint shown_rows = 0;
+
+		for (guint i = 0; i < rows->len; i++)
+			shown_rows += g_array_index(rows, struct caller_row, i).value > 0;
+		fprintf(out, "    called from (first frame outside %s, the compiler's stubs%s): %u caller%s\n",
+			"the function", in_stdlib(pg->function) || is_stub(pg->function) ? " and the Stdlib" : "",
+			shown_rows, report_plural(shown_rows));
 		for (guint i = 0; i < rows->len && i < CALLERS_PER_POINT; i++) {
 			const struct caller_row *c = &g_array_index(rows, struct caller_row, i);
 
+			if (!c->value)
+				break; /* sorted: nothing of the ranking value (live) from here on */
 			fprintf(out, "      %5.1f%%  %-32s %s\n", pct(c->value, v), with_ci(p, c->value, b1, sizeof(b1)),
 				c->text);
 		}

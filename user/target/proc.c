@@ -233,6 +233,23 @@ int proc_launch_release(pid_t pid)
 	return ptrace(PTRACE_DETACH, pid, 0, 0) < 0 ? -errno : 0;
 }
 
+/* bash's $'...' with \xHH escapes for bytes that are not UTF-8 or are
+ * control characters: the line stays valid UTF-8 (the recording's
+ * metadata is JSON) and types back the same bytes. */
+static void append_ansi_c_quoted(GString *g, const char *arg)
+{
+	g_string_append(g, "$'");
+	for (const unsigned char *c = (const unsigned char *)arg; *c; c++) {
+		if (*c == '\\' || *c == '\'')
+			g_string_append_printf(g, "\\%c", *c);
+		else if (*c < 0x20 || *c >= 0x7f)
+			g_string_append_printf(g, "\\x%02x", *c);
+		else
+			g_string_append_c(g, (char)*c);
+	}
+	g_string_append_c(g, '\'');
+}
+
 char *proc_command_line(char *const argv[])
 {
 	GString *g = g_string_new(NULL);
@@ -241,10 +258,22 @@ char *proc_command_line(char *const argv[])
 	for (char *const *a = argv; *a; a++) {
 		bool plain = **a && strspn(*a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") ==
 					strlen(*a);
-		char *q = plain ? NULL : g_shell_quote(*a);
+		bool ctl = false;
 
-		g_string_append_printf(g, "%s%s", a == argv ? "" : " ", q ? q : *a);
-		g_free(q);
+		for (const unsigned char *c = (const unsigned char *)*a; *c; c++)
+			ctl = ctl || *c < 0x20 || *c == 0x7f;
+		if (a != argv)
+			g_string_append_c(g, ' ');
+		if (plain) {
+			g_string_append(g, *a);
+		} else if (!ctl && g_utf8_validate(*a, -1, NULL)) {
+			char *q = g_shell_quote(*a);
+
+			g_string_append(g, q);
+			g_free(q);
+		} else {
+			append_ansi_c_quoted(g, *a);
+		}
 	}
 	s = strdup(g->str);
 	g_string_free(g, TRUE);

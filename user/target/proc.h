@@ -58,8 +58,10 @@ int proc_pidfd(pid_t pid);
 
 /* argv (NULL-terminated) as one command line a shell would take back:
  * arguments with anything but [A-Za-z0-9_@%+=:,./-] in them, or empty,
- * single-quoted (glib's g_shell_quote).  Returns a malloc'ed string, or
- * NULL on allocation failure. */
+ * single-quoted (glib's g_shell_quote); those with bytes that are not
+ * UTF-8, or control characters, in bash's $'...' with \xHH escapes (the
+ * line is always valid UTF-8).  Returns a malloc'ed string, or NULL on
+ * allocation failure. */
 char *proc_command_line(char *const argv[]);
 
 #endif

@@ -345,6 +345,19 @@ static const char *symbolizer_ocaml_path(struct symbolizer *s, Dwarf_Die *cudie,
 	return symbolizer_intern(s, rec);
 }
 
+/* Whether the debuginfo name `name` is of the unit d[0, du) (a demangled
+ * symbol's), or of the same unit without a dune library's "Lib__" prefix
+ * (coccinelle's debuginfo says "Pattern_c" where its symbols say
+ * "Coccinelle_modules__Pattern_c"). */
+static bool same_unit(const char *d, size_t du, const char *name)
+{
+	size_t nu = strcspn(name, ".");
+
+	if (nu == du)
+		return !strncmp(name, d, du);
+	return du > nu + 2 && !strncmp(d + du - nu, name, nu) && d[du - nu - 1] == '_' && d[du - nu - 2] == '_';
+}
+
 /* One name per function: a return address without debuginfo of its own
  * (a frame the compiler recorded none for) in a function that has some
  * elsewhere takes the function's debuginfo name (the outermost location of
@@ -354,10 +367,16 @@ static const char *symbolizer_ocaml_path(struct symbolizer *s, Dwarf_Die *cudie,
 static const char *symbolizer_debuginfo_name(struct symbolizer *s, const struct elf_symbol *sym)
 {
 	struct ocaml_location locs[SYMBOLIZE_MAX_FRAMES];
-	size_t lo = 0, hi;
+	size_t lo = 0, hi, unit;
+	char d[512];
 
 	if (!s->ft || !sym->size)
 		return NULL;
+	/* only debuginfo of the function's own unit: code inlined from
+	 * another one (Stdlib.print_string in a function compiled without
+	 * -g) carries its own chain, without the function's frame */
+	symbolize_demangle(sym->name, d, sizeof(d));
+	unit = strcspn(d, ".");
 	hi = s->ft->count;
 	while (lo < hi) { /* the first descriptor past the symbol's start */
 		size_t mid = lo + (hi - lo) / 2;
@@ -368,13 +387,13 @@ static const char *symbolizer_debuginfo_name(struct symbolizer *s, const struct 
 			hi = mid;
 	}
 	for (size_t i = lo; i < s->ft->count && s->ft->descrs[i].retaddr <= sym->vaddr + sym->size; i++) {
-		const struct frame_descr *d = &s->ft->descrs[i];
+		const struct frame_descr *fd = &s->ft->descrs[i];
 		int n;
 
-		if (!d->has_debuginfo)
+		if (!fd->has_debuginfo)
 			continue;
-		n = frametable_locations(s->ft, d, 0, locs, SYMBOLIZE_MAX_FRAMES);
-		if (n > 0 && locs[n - 1].name && locs[n - 1].name[0])
+		n = frametable_locations(s->ft, fd, 0, locs, SYMBOLIZE_MAX_FRAMES);
+		if (n > 0 && locs[n - 1].name && same_unit(d, unit, locs[n - 1].name))
 			return symbolizer_intern(s, locs[n - 1].name);
 	}
 	return NULL;
