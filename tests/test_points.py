@@ -178,6 +178,13 @@ def test_fixture_points_callers_and_functions_match_the_truth():
     traces = subprocess.run(["go", "tool", "pprof", "-traces", pb], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             timeout=300).stdout.decode()
     assert "Points.( +> )" in traces and "Points.cell" in traces, traces[:2000]
+    # the SVG: flamegraph.pl would turn "<>" into "()" and its zoomed labels drop the first "(...)"
+    svg = os.path.join(d, "run.svg")
+    _camlheap(["report", path, "--format", "svg", "-o", svg])
+    text = open(svg, encoding="utf-8").read()
+    titles = re.findall(r"<title>([^<]*)</title>", text)
+    assert any(t.startswith("Points.(+\u203a) (") for t in titles), [t for t in titles if "Points" in t][:10]
+    assert '.replace(/ \\([^()]*\\)$/,"")' in text and '.replace(/\\([^(]*\\)/,"")' not in text
     # --by stack: the callstacks whose leaf is the point add up to it
     whole = chtest.Report(_camlheap(["report", path, "--by", "stack", "--top", "0"]))
     assert not whole.points and whole.sites

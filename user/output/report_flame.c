@@ -73,7 +73,28 @@ static int str_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Write one collapsed line; for flamegraph.pl (`svg`), "<" and ">" as
+ * U+2039 and U+203A: it turns them into "(" and ")" (tr/<>/()/), which
+ * garbles an operator's name ("Stdlib.(<=)" read "Stdlib.((=)"). */
+static void collapsed_line(FILE *out, const char *stack, double bytes, bool svg)
+{
+	if (!svg) {
+		fprintf(out, "%s %.0f\n", stack, bytes);
+		return;
+	}
+	for (const char *c = stack; *c; c++)
+		fputs(*c == '<' ? "\u2039" : *c == '>' ? "\u203a" : (char[2]){ *c, 0 }, out);
+	fprintf(out, " %.0f\n", bytes);
+}
+
+static int write_collapsed(FILE *out, const struct profile *p, struct modules *mods, int value, bool svg);
+
 int report_write_collapsed(FILE *out, const struct profile *p, struct modules *mods, int value)
+{
+	return write_collapsed(out, p, mods, value, false);
+}
+
+static int write_collapsed(FILE *out, const struct profile *p, struct modules *mods, int value, bool svg)
 {
 	bool live = value != REPORT_VALUE_ALLOC;
 	const struct profile_site **sites = NULL;
@@ -111,12 +132,46 @@ int report_write_collapsed(FILE *out, const struct profile *p, struct modules *m
 	for (size_t i = 0; i < n; i++) {
 		uint64_t *samples = g_hash_table_lookup(lines, keys[i]);
 
-		fprintf(out, "%s %.0f\n", keys[i], report_est_bytes(p, *samples));
+		collapsed_line(out, keys[i], report_est_bytes(p, *samples), svg);
 	}
 	free(keys);
 	g_hash_table_destroy(lines);
 	free(sites);
 	return ferror(out) ? -(errno ? errno : EIO) : 0; /* EPIPE: the reader went away */
+}
+
+/* Copy flamegraph.pl's SVG from `fd` (closed) to `out`, its script's
+ * label line fixed: a zoomed frame's label is its title without the first
+ * "(...)" in it, meant to be the "(N bytes, P%)" suffix, which took an
+ * OCaml name's "(fun)" or operator instead ("Compile.f. (418,080 bytes");
+ * only the trailing suffix is dropped now.  Returns 0 or -errno. */
+static int svg_copy_fixed(int fd, FILE *out)
+{
+	static const char from[] = ".replace(/\\([^(]*\\)/,\"\")", to[] = ".replace(/ \\([^()]*\\)$/,\"\")";
+	FILE *in = fdopen(fd, "r");
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+
+	if (!in) {
+		close(fd);
+		return -ENOMEM;
+	}
+	rewind(in);
+	while ((n = getline(&line, &cap, in)) > 0) {
+		char *at = strstr(line, from);
+
+		if (at) {
+			fwrite(line, 1, (size_t)(at - line), out);
+			fputs(to, out);
+			fputs(at + strlen(from), out);
+		} else {
+			fwrite(line, 1, (size_t)n, out);
+		}
+	}
+	free(line);
+	fclose(in);
+	return ferror(out) ? -(errno ? errno : EIO) : 0;
 }
 
 /* flamegraph.pl: $CAMLHEAP_FLAMEGRAPH, else on PATH, else the copy Debian
@@ -152,10 +207,11 @@ static const char *flamegraph_script(char *buf, size_t len)
  * part that matters is where the page opens. */
 int report_write_svg(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods)
 {
-	char script_buf[PATH_MAX], tmpl[] = "/tmp/camlheap-svg-XXXXXX", title[768];
+	char script_buf[PATH_MAX], tmpl[] = "/tmp/camlheap-svg-XXXXXX", svg_tmpl[] = "/tmp/camlheap-svg-out-XXXXXX",
+	     title[768];
 	const char *script = flamegraph_script(script_buf, sizeof(script_buf));
 	FILE *in;
-	int fd, ret = 0, status;
+	int fd, svg_fd, ret = 0, status;
 	unsigned depth = 0, nlines = 0;
 	pid_t pid;
 
@@ -173,7 +229,7 @@ int report_write_svg(FILE *out, const struct profile *p, const struct report_met
 		close(fd);
 		return -ENOMEM;
 	}
-	ret = report_write_collapsed(in, p, mods, m->value);
+	ret = write_collapsed(in, p, mods, m->value, true);
 	if (ret == 0 && fflush(in) == EOF)
 		ret = -EIO;
 	if (ret < 0) {
@@ -211,10 +267,18 @@ int report_write_svg(FILE *out, const struct profile *p, const struct report_met
 		 depth > 60 ? " - icicle: roots at the top" : "");
 	rewind(in);
 	fflush(out);
+	svg_fd = mkstemp(svg_tmpl);
+	if (svg_fd < 0) {
+		ret = -errno;
+		fclose(in);
+		return ret;
+	}
+	unlink(svg_tmpl);
 	pid = fork();
 	if (pid < 0) {
 		ret = -errno;
 		fclose(in);
+		close(svg_fd);
 		return ret;
 	}
 	if (pid == 0) {
@@ -222,7 +286,7 @@ int report_write_svg(FILE *out, const struct profile *p, const struct report_met
 		int a = 0;
 
 		dup2(fileno(in), 0);
-		dup2(fileno(out), 1);
+		dup2(svg_fd, 1);
 		argv[a++] = "perl";
 		argv[a++] = script;
 		argv[a++] = "--title";
@@ -245,13 +309,14 @@ int report_write_svg(FILE *out, const struct profile *p, const struct report_met
 	}
 	fclose(in);
 	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
+		if (errno != EINTR) {
+			close(svg_fd);
 			return -errno;
+		}
 	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
 		fprintf(stderr, "camlheap: %s failed (status %d)\n", script, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		close(svg_fd);
 		return -EIO;
 	}
-	/* the child wrote to the file descriptor: move our stream past it */
-	fseeko(out, 0, SEEK_END);
-	return 0;
+	return svg_copy_fixed(svg_fd, out);
 }
