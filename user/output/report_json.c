@@ -253,13 +253,10 @@ static void json_stacks(JsonBuilder *jb, GPtrArray *stacks, struct modules *mods
 	g_hash_table_destroy(fix);
 }
 
-/* One element of "sites"; `stack_ix`: stack id -> index in "stacks". */
-static void json_site(JsonBuilder *jb, const struct profile *p, const struct report_meta *m, struct modules *mods,
-		      const struct profile_site *s, GHashTable *stack_ix)
+/* A site's (or a point's) kind and type members: "kind", and where they
+ * apply "custom_type", "bigarray_data", "outside_ocaml". */
+static void json_kind(JsonBuilder *jb, const struct profile *p, const struct profile_site *s)
 {
-	struct sym_frame fr[MAX_INLINE];
-
-	json_builder_begin_object(jb);
 	json_member_str(jb, "kind", report_kind_name(s->kind));
 	if (s->kind == CH_KIND_CUSTOM && profile_custom_name(p, s->subtype))
 		json_member_str(jb, "custom_type", profile_custom_name(p, s->subtype));
@@ -269,6 +266,16 @@ static void json_site(JsonBuilder *jb, const struct profile *p, const struct rep
 		json_builder_set_member_name(jb, "outside_ocaml");
 		json_builder_add_boolean_value(jb, (s->subtype & CH_MALLOC_OUTSIDE) != 0);
 	}
+}
+
+/* One element of "sites"; `stack_ix`: stack id -> index in "stacks". */
+static void json_site(JsonBuilder *jb, const struct profile *p, const struct report_meta *m, struct modules *mods,
+		      const struct profile_site *s, GHashTable *stack_ix)
+{
+	struct sym_frame fr[MAX_INLINE];
+
+	json_builder_begin_object(jb);
+	json_kind(jb, p, s);
 	json_builder_set_member_name(jb, "stack");
 	if (s->stack && !m->json_no_stacks)
 		json_builder_add_int_value(jb, GPOINTER_TO_UINT(g_hash_table_lookup(stack_ix, &s->stack->id)));
@@ -346,15 +353,7 @@ static void json_points(JsonBuilder *jb, const struct profile *p, const struct r
 		const struct profile_site *s = pg->sum.site;
 
 		json_builder_begin_object(jb);
-		json_member_str(jb, "kind", report_kind_name(s->kind));
-		if (s->kind == CH_KIND_CUSTOM && profile_custom_name(p, s->subtype))
-			json_member_str(jb, "custom_type", profile_custom_name(p, s->subtype));
-		if (s->kind == CH_KIND_BIGARRAY)
-			json_member_str(jb, "bigarray_data", report_bigarray_owner(s->subtype));
-		if (s->kind == CH_KIND_MALLOC) {
-			json_builder_set_member_name(jb, "outside_ocaml");
-			json_builder_add_boolean_value(jb, (s->subtype & CH_MALLOC_OUTSIDE) != 0);
-		}
+		json_kind(jb, p, s);
 		if (p->by_domain)
 			json_member_int(jb, "domain", s->domain);
 		json_member_str(jb, "function", pg->function);
