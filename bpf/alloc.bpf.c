@@ -292,6 +292,37 @@ static __always_inline struct ch_proc *current_proc(void)
 	return bpf_map_lookup_elem(&procs, &tgid);
 }
 
+/* One window for every kind.  The probes are attached one by one, and the
+ * minor heap is sampled only from its first trap or collection after
+ * attach (the words already allocated in the current minor heap, and those
+ * allocated before the first trap, cannot be placed: young_ptr is known
+ * only at a probe).  So nothing is sampled, or counted, until every kind
+ * is: user space sets the gate (enum ch_window_gate) once every probe is
+ * in and the executor runs; from then on the window is open if the minor
+ * heap needs no arming (observed, or off) or has been armed
+ * (minor_start_ns); or at once when user space forces it (the minor heap
+ * then begins at its first arming, which the report says).  User space
+ * derives the window's start from the same three facts. */
+volatile __u32 window_gate;
+
+static __always_inline bool window_open(struct ch_proc *p)
+{
+	__u32 g = window_gate;
+
+	if (g == CH_GATE_FORCED || (g == CH_GATE_ARMED && (!p->window_minor || p->minor_start_ns)))
+		return true;
+	count(CH_CNT_BEFORE_WINDOW, 1);
+	return false;
+}
+
+/* The minor heap is armed (a fresh run of sample points from a known
+ * young_ptr): the first time, note when. */
+static __always_inline void window_minor_armed(struct ch_proc *p)
+{
+	if (!p->minor_start_ns)
+		__sync_val_compare_and_swap(&p->minor_start_ns, 0, bpf_ktime_get_ns());
+}
+
 #include "census.bpf.h"
 #include "ocaml4/census.bpf.h"
 #include "ocaml5/census.bpf.h"
@@ -312,6 +343,8 @@ static __always_inline void census_track(struct ch_proc *p, struct ch_sample_eve
  * census on, give it an id and follow it. */
 static __always_inline void output_sample(struct ch_proc *p, struct ch_sample_event *ev)
 {
+	if (!window_open(p))
+		return;
 	ev->sample_id = p->census_on && ev->block_addr ? ++p->next_sample_id : 0;
 	if (output_event(ev) == 0)
 		census_track(p, ev);
@@ -362,7 +395,7 @@ static __always_inline void on_words_ext(__u8 kind, __u64 block, __u64 words, __
 	struct ch_proc *p = current_proc();
 	__u32 n, shift;
 
-	if (!p) /* another process mapping the same binary, e.g. a fork child */
+	if (!p || !window_open(p)) /* !p: another process mapping the binary, e.g. a fork child */
 		return;
 	if (kind == CH_KIND_BIGARRAY) {
 		count(CH_CNT_HITS_BIGARRAY, 1);

@@ -299,7 +299,7 @@ int BPF_KRETPROBE(on_malloc_ret, __u64 ret)
 	} else if (c.fn == CH_MFN_REALLOC && c.old && (ptr || c.bytes == 0)) {
 		malloc_forget(p, c.old); /* moved, grown in place, or freed by realloc(p, 0) */
 	}
-	if (!ptr)
+	if (!ptr || !window_open(p))
 		return 0;
 	count(CH_CNT_HITS_MALLOC, 1);
 	count(CH_CNT_BYTES_MALLOC, c.bytes);

@@ -191,6 +191,7 @@ enum ch_counter {
 	CH_CNT_MMAP_LIBC,          /* mmap calls left out: made by libc itself (arenas, thread stacks) */
 	CH_CNT_LAYOUT_BAD,         /* 4.x: the domain state broke an invariant of its layout: minor sampling stopped,
 				    * nothing written (bpf/minor.bpf.h minor_layout_check) */
+	CH_CNT_BEFORE_WINDOW,      /* allocations seen before the window opened (not sampled, not counted) */
 	CH_CNT__COUNT
 };
 
@@ -232,7 +233,10 @@ struct ch_proc {
 	/* 4.x: what the live checks found of that layout (enum ch_layout); no
 	 * young_limit write is made before it is CH_LAYOUT_VERIFIED */
 	__u8 layout;
-	__u8 pad[3];
+	/* The window (bpf/alloc.bpf.c window_open): 1 if it waits for the
+	 * minor heap to be armed (minor samples from traps), else 0 */
+	__u8 window_minor;
+	__u8 pad[2];
 	/* Census: sample ids, and the fill of the tracking arrays (entries
 	 * 0..young_n-1 of young_tracked, 0..major_n-1 of major_tracked).  Owned
 	 * by BPF; 4.x runs the runtime under one lock, so plain updates. */
@@ -264,6 +268,21 @@ struct ch_proc {
 	 * libc (the probe's ip gives libc's load bias) and libc's code range */
 	__u64 libc_mmap_vaddr;
 	__u64 libc_text_lo, libc_text_hi;
+	/* bpf_ktime_get_ns() when the minor heap was first armed (a run of
+	 * sample points drawn from a known young_ptr; OCaml 5: in any domain),
+	 * 0 if not yet: where a window that waits for it starts
+	 * (bpf/alloc.bpf.c window_open).  Set by BPF only. */
+	__u64 minor_start_ns;
+};
+
+/* The window's gate, the `window_gate` global of alloc.bpf.c, set by user
+ * space (sampler_open_window): closed while the probes are being
+ * attached, then armed (the window opens at the first moment every kind is
+ * sampled), or opened by force (the minor heap not armed yet). */
+enum ch_window_gate {
+	CH_GATE_CLOSED = 0,
+	CH_GATE_ARMED = 1,
+	CH_GATE_FORCED = 2,
 };
 
 /* OCaml 5: per-domain sampler state, map `domains` (the countdown of

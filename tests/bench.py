@@ -31,6 +31,7 @@ writing the recording file costs camlheap (CPU, peak RSS) against the text
 report alone, the file's size per sample, and `camlheap report` on it.  The top
 part: `camlheap top --batch` against `record`, both attached to ocamlopt.opt.
 """
+import json
 import os
 import re
 import statistics
@@ -352,6 +353,115 @@ def bench_top():
                                                     statistics.median(x[2] for x in runs[conf])))
 
 
+
+def _attach_once(pid, out, extra=()):
+    """camlheap record -p PID --duration 0.1: (attach_s, attach_s +
+    window_wait_s), from its JSON header."""
+    p = subprocess.run([chtest.CAMLHEAP, "record", "-p", str(pid), "--duration", "0.1", "--format", "json",
+                        "-o", out] + list(extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        sys.exit("bench: attach to %d failed: %s" % (pid, p.stderr.decode()[-2000:]))
+    h = json.load(open(out))["run"]
+    return h["attach_s"], h["attach_s"] + h["window_wait_s"], h["probe_links"]
+
+
+def _steady(n):
+    ps = [subprocess.Popen([chtest.fixture("steady"), "n=50"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+          for _ in range(n)]
+    for p in ps:
+        p.stdout.readline()
+    return ps
+
+
+def _stop_all(ps):
+    for p in ps:
+        p.kill()
+        p.wait()
+
+
+def bench_attach():
+    """Attach time: from camlheap's start to every probe attached and the
+    target running ("attach"), and to the window's opening ("window"):
+    alone (back to back, each right after the last one's detach, whose
+    uprobes the kernel is still releasing), three instances at once, and
+    `camlheap serve` with 30 processes appearing at once (from their start
+    to every one recording).  Targets: median <= 0.3 s, <= 1 s with three
+    at once, <= 3 s for the 30 under serve."""
+    import concurrent.futures
+    d = tempfile.mkdtemp(prefix="camlheap-bench-")
+    rows = []
+    for label, extra in (("default (the report's probe_links)", ()),
+                         ("perf-event uprobes (CAMLHEAP_NO_UPROBE_MULTI=1)", "perf")):
+        env_extra = {"CAMLHEAP_NO_UPROBE_MULTI": "1"} if extra == "perf" else {}
+        old = dict(os.environ)
+        os.environ.update(env_extra)
+        try:
+            ps = _steady(3)
+            alone = [_attach_once(ps[0].pid, os.path.join(d, "a.json")) for _ in range(4 * REPEAT)]
+            three = []
+            for _ in range(REPEAT):
+                with concurrent.futures.ThreadPoolExecutor(3) as ex:
+                    three += list(ex.map(lambda i: _attach_once(ps[i].pid, os.path.join(d, "t%d.json" % i)),
+                                         range(3)))
+            _stop_all(ps)
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        rows.append((label, alone, three))
+    print("\nattach (steady fixture, record -p --duration 0.1; medians, max in brackets; %d alone back to back, "
+          "%d rounds of three at once)" % (4 * REPEAT, REPEAT))
+    print("  %-46s %18s %18s %18s %18s" % ("probes as", "alone: attach", "alone: window", "3 at once: attach",
+                                           "3 at once: window"))
+    for label, alone, three in rows:
+        label = label.replace("the report's probe_links", alone[0][2])
+
+        def f(xs, k):
+            v = [x[k] for x in xs]
+            return "%6.3f s [%6.3f]" % (statistics.median(v), max(v))
+        print("  %-46s %18s %18s %18s %18s" % (label, f(alone, 0), f(alone, 1), f(three, 0), f(three, 1)))
+    bench_serve_attach(30)
+
+
+def bench_serve_attach(n):
+    """camlheap serve, then n steady processes started at once: seconds
+    from their start until each one is recording (the service's /targets)."""
+    import urllib.request
+    d = tempfile.mkdtemp(prefix="camlheap-bench-serve-")
+    port = 20000 + os.getpid() % 20000
+    conf = os.path.join(d, "c.conf")
+    with open(conf, "w") as f:
+        f.write("[serve]\noutput = %s/out\ninterval = 60\nlisten = 127.0.0.1:%d\nsocket = %s/s.sock\n"
+                "[target:steady]\nexe = %s\nrate = 1e-5\n" % (d, port, d, chtest.fixture("steady")))
+    log = open(os.path.join(d, "serve.log"), "w")
+    svc = subprocess.Popen([chtest.CAMLHEAP, "serve", "--config", conf], stdout=log, stderr=log)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and "serving" not in open(os.path.join(d, "serve.log")).read():
+            time.sleep(0.05)
+        t0 = time.time()
+        ps = _steady(n)
+        pids = {p.pid for p in ps}
+        seen = {}
+        while len(seen) < n and time.time() < t0 + 120:
+            try:
+                body = urllib.request.urlopen("http://127.0.0.1:%d/targets" % port, timeout=5).read()
+                for t in json.loads(body)["targets"]:
+                    for p in t["processes"]:
+                        if p["pid"] in pids and p["state"] == "recording" and p["pid"] not in seen:
+                            seen[p["pid"]] = time.time() - t0
+            except OSError:
+                pass
+            time.sleep(0.05)
+        _stop_all(ps)
+    finally:
+        svc.terminate()
+        svc.wait(timeout=60)
+        log.close()
+    v = sorted(seen.values())
+    print("\nserve: %d steady processes started at once: %d recording; from their start, median %.2f s, last %.2f s%s"
+          % (n, len(v), statistics.median(v) if v else float("nan"), v[-1] if v else float("nan"),
+             "" if len(v) == n else " (the rest not within 120 s)"))
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
@@ -373,6 +483,9 @@ def main():
     if os.environ.get("BENCH_ONLY") == "malloc":
         bench_malloc()
         return
+    if os.environ.get("BENCH_ONLY") == "attach":
+        bench_attach()
+        return
     bench("alloc_minor fixture (minor allocations: 3:1 OCaml sites + a C site)",
           [chtest.fixture("alloc_minor"), "ratio", "c", "n=4000000"],
           memprof_arg=lambda r: ["memprof=" + r, "null"], kernel=kernel)
@@ -385,6 +498,7 @@ def main():
     bench_malloc()
     bench_top()
     bench_ocaml5()
+    bench_attach()
 
 
 if __name__ == "__main__":

@@ -202,7 +202,7 @@ def test_low_fd_limit_never_gives_a_wrong_profile():
     import resource
     rate = 1e-3
     for limit in range(24, 42, 2):
-        p = subprocess.run([CAMLHEAP, "record", "--rate", repr(rate), "--top", "1000", "-o",
+        p = subprocess.run([CAMLHEAP, "record", "--verbose", "--rate", repr(rate), "--top", "1000", "-o",
                             os.path.join(tmpdir(), "r.txt"), "--", fixture("alloc_major"), "n=2000"],
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))

@@ -1,6 +1,8 @@
 """Dynlink plugins (.cmxs): their frame tables are loaded when the target
 registers them (caml_register_frametable), or at attach if already loaded,
 so stacks through plugin code walk cleanly and name the plugin's sources."""
+import os
+
 import chtest
 from chtest import Recorder, Waiting, check_binomial, fixture
 
@@ -81,3 +83,27 @@ def test_recording_names_plugin_frames():
     assert p.returncode == 0, p.stderr
     assert "Dynplug.plugin_site" in p.stdout.decode(), p.stdout.decode()[:3000]
     assert p.stdout.decode() == open(also).read()
+
+
+def test_launch_mode_leaves_the_commands_streams_byte_identical():
+    """A command run under camlheap writes exactly what it writes alone, on
+    stdout and on stderr (dynhost writes to both; its plugin's frame
+    tables, loaded while recording, once made camlheap add a line to the
+    command's stderr); --verbose brings camlheap's messages back."""
+    import subprocess
+    cmd = [fixture("dynhost"), plugin(), "n=3000"]
+    plain = subprocess.run(cmd, input=b"go\n", stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    assert plain.returncode == 0 and plain.stderr and plain.stdout, plain
+    out = os.path.join(chtest.tmpdir(), "r.txt")
+    p = subprocess.run([chtest.CAMLHEAP, "record", "--rate", "1e-3", "-o", out, "--"] + cmd, input=b"go\n",
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == plain.stdout, (p.stdout, plain.stdout)
+    assert p.stderr == plain.stderr, (p.stderr, plain.stderr)
+    rep = chtest.Report(open(out).read())
+    assert "1 Dynlink plugin" in rep.header["sampler"], rep.header
+    assert "Dynplug.plugin_site" in rep.text, rep.text[:3000]
+    v = subprocess.run([chtest.CAMLHEAP, "record", "--verbose", "--rate", "1e-3", "-o", out, "--"] + cmd,
+                       input=b"go\n", stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    assert v.returncode == 0 and v.stdout == plain.stdout, v.stderr
+    assert b"frame descriptors loaded" in v.stderr and b"camlheap: recording PID" in v.stderr, v.stderr

@@ -31,7 +31,7 @@ def _record(args, env_extra=None, name="t.ctf"):
     path = os.path.join(d, name)
     env = dict(os.environ)
     env.update(env_extra or {})
-    rc, so, se = chtest.run_record(["--rate", repr(RATE), "-o", path], args, env=env)
+    rc, so, se = chtest.run_record(["--rate", repr(RATE), "--verbose", "-o", path], args, env=env)
     assert rc == 0, se
     return d, path, so, se
 

@@ -30,6 +30,7 @@ import test_recording as _recording
 import test_sampling as _sampling
 import test_stacks as _stacks
 import test_top as _top
+import test_window as _window
 
 CHECKS = [
     (_sampling, "test_major_sites_rate_1e3"),
@@ -53,6 +54,7 @@ CHECKS = [
     (_malloc, "test_resident_memory_breakdown"),
     (_top, "test_batch_estimates_match_the_fixtures_allocation"),
     (_top, "test_batch_rates_of_equal_sites_agree_within_their_bounds"),
+    (_window, "test_heap_under_way_at_attach_is_not_in_the_window"),
 ]
 
 _built = {}
@@ -116,6 +118,7 @@ CHECKS_CORE = {
     "test_live_at_end_matches_the_fixtures_own_count", "test_fates_agree_with_in_process_memprof",
     "test_chain_exact_stack", "test_callback_from_finaliser", "test_bigarray_sites_and_whose_data",
     "test_malloc_sites_estimates_and_leaf_function", "test_batch_estimates_match_the_fixtures_allocation",
+    "test_heap_under_way_at_attach_is_not_in_the_window",
 }
 # checks not in CHECKS that every 4.x release also runs
 CHECKS4_EXTRA = [
@@ -177,6 +180,8 @@ CHECKS5 = [
     (_top, "test_batch_estimates_match_the_fixtures_allocation", ("5.3.0", "5.4.1",)),  # 5.1 has no Gc.Memprof
     (_top, "test_batch_rates_of_equal_sites_agree_within_their_bounds", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
     (_top, "test_tmux_keys_drive_the_view_and_q_leaves_the_program_unaffected", ("5.3.0", "5.4.1",)),
+    (_window, "test_heap_under_way_at_attach_is_not_in_the_window", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
+    (_window, "test_one_window_with_camlheap_slowed_under_load", ("5.3.0",)),
 ]
 
 for _mod, _check, _versions in CHECKS5:

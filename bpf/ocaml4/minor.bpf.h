@@ -125,6 +125,7 @@ static __always_inline void minor_sync_epoch(struct ch_proc *p, struct minor_vie
 	p->minor_trig = minor_point_below(v, p->minor_armed ? v->end : (v->yp < v->end ? v->yp : v->end), geom_draw());
 	p->minor_epoch = v->epoch;
 	p->minor_armed = 1;
+	window_minor_armed(p);
 	count(CH_CNT_EPOCHS, 1);
 }
 

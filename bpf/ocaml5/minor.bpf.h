@@ -103,7 +103,7 @@ static __always_inline int minor5_read_view(struct ch_proc *p, __u64 dom, struct
  * caml_reset_young_limit (:642-645), where on_reset_young_limit_ret sees
  * young_ptr == young_end: only then is the new cycle this domain's.  A
  * sample point outside the heap (resized) is drawn again from young_ptr. */
-static __always_inline void minor5_sync_epoch(struct ch_domain *d, struct minor_view *v)
+static __always_inline void minor5_sync_epoch(struct ch_proc *p, struct ch_domain *d, struct minor_view *v)
 {
 	if (d->minor_armed && d->minor_trig && (d->minor_trig > v->end || d->minor_trig <= v->start)) {
 		d->minor_trig = minor_point_below(v, v->yp, geom_draw());
@@ -114,6 +114,7 @@ static __always_inline void minor5_sync_epoch(struct ch_domain *d, struct minor_
 	d->minor_trig = minor_point_below(v, d->minor_armed ? v->end : (v->yp < v->end ? v->yp : v->end), geom_draw());
 	d->minor_epoch = v->epoch;
 	d->minor_armed = 1;
+	window_minor_armed(p);
 	count(CH_CNT_EPOCHS, 1);
 }
 
@@ -144,7 +145,7 @@ static __always_inline struct ch_domain *minor5_at_reset(struct ch_proc *p, __u6
 
 	if (!d || minor5_read_view(p, dom, v))
 		return 0;
-	minor5_sync_epoch(d, v);
+	minor5_sync_epoch(p, d, v);
 	it = bpf_map_lookup_elem(&inflight_by_tid, &tid);
 	minor5_skip_passed(d, v, v->yp + (it ? it->whsize * 8 : 0));
 	return d;
@@ -242,7 +243,7 @@ int BPF_KRETPROBE(on_dispatch5_ret)
 	d = dom ? ocaml5_domain_state(dom) : 0;
 	if (!d || minor5_read_view(p, dom, &v))
 		return 0;
-	minor5_sync_epoch(d, &v);
+	minor5_sync_epoch(p, d, &v);
 	/* the redone allocation is [young_ptr, young_ptr + whsize) */
 	top = v.yp + (in.wosize + 1) * 8;
 	minor5_skip_passed(d, &v, top);

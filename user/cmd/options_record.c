@@ -53,6 +53,10 @@ static const struct argp_option record_options[] = {
 	{ "by", OPT_BY, "WHAT", 0,
 	  "What the text report ranks: point (default: allocation points, each with its callers and heaviest "
 	  "callstacks, then functions flat and cumulative) or stack (whole callstacks)", 0 },
+	{ "quiet", 'q', NULL, 0, "Say nothing on stderr but errors (the default in launch mode)", 0 },
+	{ "verbose", 'v', NULL, 0,
+	  "Launch mode: say what camlheap does on stderr, which the command shares (by default nothing of "
+	  "camlheap's reaches the command's stdout or stderr but errors, and the report without -o)", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
 	{ "executor", OPT_EXECUTOR, "WHICH", 0,
 	  "Who writes young_limit for minor-heap sampling: auto (default: kernel if allowed, else ptrace), "
@@ -125,6 +129,7 @@ static const struct argp_option census_options[] = {
 	{ "executor", OPT_EXECUTOR, "WHICH", 0, "As for record: auto, kernel, ptrace or observe", 0 },
 	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default 262144)", 0 },
 	{ "malloc", OPT_MALLOC, NULL, 0, "As for record: count the program's own malloc and anonymous mmap too", 0 },
+	{ "quiet", 'q', NULL, 0, "Say nothing on stderr but errors", 0 },
 	{ 0 }
 };
 
@@ -184,6 +189,12 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 	}
 	if (o->wait_major)
 		argp_error(state, "--wait-major is a census option");
+	if (o->quiet && o->verbose)
+		argp_error(state, "give -q or --verbose, not both");
+	/* the command's streams are its own: camlheap says nothing there
+	 * unless asked */
+	if (o->argv && !o->verbose)
+		o->quiet = true;
 	if (o->serve && (!o->pid || !o->outdir))
 		argp_error(state, "--serve-fd is for camlheap serve's workers (-p PID --outdir DIR)");
 	if (!o->format_given && o->output && strcmp(o->output, "-"))
@@ -299,6 +310,12 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		if (parse_long(arg, &v) || v < 1 || v > (1L << 24))
 			argp_error(state, "invalid --max-tracked '%s' (1..16777216 blocks)", arg);
 		o->max_tracked = (uint32_t)v;
+		break;
+	case 'q':
+		o->quiet = true;
+		break;
+	case 'v':
+		o->verbose = true;
 		break;
 	case OPT_WAIT_MAJOR:
 		if (!arg)

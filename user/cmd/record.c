@@ -72,28 +72,6 @@ static int check_privileges(char *msg, size_t len)
 	return -EPERM;
 }
 
-static int status_to_exit(int status)
-{
-	if (WIFEXITED(status))
-		return WEXITSTATUS(status);
-	if (WIFSIGNALED(status))
-		return 128 + WTERMSIG(status);
-	return 1;
-}
-
-static void describe_status(int status, char *buf, size_t len)
-{
-	if (WIFEXITED(status))
-		snprintf(buf, len, "target exited with status %d", WEXITSTATUS(status));
-	else if (WIFSIGNALED(status))
-		snprintf(buf, len, "target killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
-	else
-		snprintf(buf, len, "target ended");
-}
-
-
-/* A message to the service, if this is a worker (serve.h). */
-
 static const char *const executor_names[] = {
 	[CH_EXEC_OBSERVE] = "observe",
 	[CH_EXEC_PTRACE] = "ptrace",
@@ -147,11 +125,22 @@ struct run {
 	char msg[8192], reason[8192];
 	char *command;          /* launch mode: the command line */
 	double t0, t_attached;  /* CLOCK_MONOTONIC, seconds */
+	double t_phase;         /* the last phase's end (phase()) */
 	sigset_t mask, old_mask;
 	int sigfd, pidfd, timerfd, status, exit_code;
 	bool exe_unsupported;   /* not native OCaml, or an unsupported runtime */
 	bool reaped;
 };
+
+/* CAMLHEAP_DEBUG: the time since the last phase, said. */
+static void phase(struct run *r, const char *name)
+{
+	double t = now_s();
+
+	if (getenv("CAMLHEAP_DEBUG"))
+		fprintf(stderr, "camlheap: %-8s %.3f s\n", name, t - r->t_phase);
+	r->t_phase = t;
+}
 
 /* Before anything is started: privileges, a service worker's name and
  * parent, the output file, the executor, the signals camlheap takes.
@@ -228,7 +217,9 @@ static int run_plan(struct run *r)
 	double memprof_rate;
 	int ret;
 
+	phase(r, "check");
 	ret = target_inspect(t, r->msg, sizeof(r->msg));
+	phase(r, "inspect");
 	/* not a native OCaml program, or an unsupported runtime: a property
 	 * of the executable, which the service remembers (exit status 4) */
 	r->exe_unsupported = ret == -ENOEXEC || ret == -ENOTSUP;
@@ -241,7 +232,7 @@ static int run_plan(struct run *r)
 		r->cfg.minor_from_memprof = true;
 		r->cfg.rate = memprof_rate;
 		r->meta.minor_source = "read-only, from the program's own Gc.Memprof, at its rate";
-		fprintf(stderr,
+		record_say(
 			"camlheap: PID %d runs Gc.Memprof at rate %g: camlheap takes its minor samples read-only and "
 			"samples everything at that rate%s%s\n",
 			t->pid, memprof_rate, r->cfg.rate != o->rate ? " (--rate is not used)" : "",
@@ -265,15 +256,20 @@ static int run_plan(struct run *r)
 	if (t->rt.major == 5 && t->rt.minor_ok && r->ex == CH_EXEC_KERNEL)
 		r->meta.minor_source = "young_limit traps, published by caml_reset_young_limit from a lent young_trigger";
 	if (o->keep_cpus_awake && r->ex != CH_EXEC_PTRACE)
-		fprintf(stderr, "camlheap: --keep-cpus-awake is for the ptrace executor; the %s executor runs "
+		record_say("camlheap: --keep-cpus-awake is for the ptrace executor; the %s executor runs "
 				"without it\n",
 			executor_names[r->ex]);
 	if (r->ex == CH_EXEC_OBSERVE && !r->cfg.minor_from_memprof && t->launched && t->rt.minor_ok)
-		fprintf(stderr, "camlheap: --executor observe in launch mode: the command has not started a "
+		record_say("camlheap: --executor observe in launch mode: the command has not started a "
 				"Gc.Memprof of its own yet (it is looked for when camlheap attaches); to take its "
 				"samples, attach with -p PID once it runs\n");
 	r->cfg.executor = r->ex;
 	r->cfg.tracer_tgid = getpid();
+	r->cfg.runtime = &t->rt;
+	/* plugins only where Dynlink can load them (natdynlink is linked; a
+	 * stripped program may hide it) */
+	r->cfg.runtime_frames_cap =
+		elf_image_symbol(t->img, "caml_natdynlink_run") || !elf_image_has_symtab(t->img) ? 0 : 4096;
 	r->meta.census_on = r->cfg.census && t->rt.census_ok;
 	r->meta.census_off_why = o->no_census ? "--no-census" : t->rt.census_ok ? NULL : t->rt.census_why;
 	if (o->census && !r->meta.census_on) {
@@ -344,9 +340,11 @@ static int run_attach(struct run *r)
 	struct intake *in = &r->intake;
 	int ret;
 
+	phase(r, "plan");
 	ret = sampler_open(&r->cfg, t->ft, record_on_event, in, &r->smp, r->msg, sizeof(r->msg));
 	if (ret < 0)
 		return ret;
+	phase(r, "load");
 	ret = sampler_attach(r->smp, t->pid, t->bias, &t->rt, t->proc_exe, t->exe, r->msg, sizeof(r->msg));
 	if (ret == 0) {
 		ret = target_check_unchanged(t);
@@ -362,6 +360,7 @@ static int run_attach(struct run *r)
 			target_say_exec_while_attaching(r->msg, sizeof(r->msg), t->pid);
 		return ret;
 	}
+	phase(r, "probes");
 	/* The holder keeps the probes; camlheap's death or exit never waits
 	 * for their release (without it, the probes just stay with camlheap). */
 	{
@@ -372,7 +371,9 @@ static int run_attach(struct run *r)
 	}
 	/* Plugins loaded before the caml_register_frametable probe existed
 	 * (attach mode): load them now; later ones arrive as notes. */
+	phase(r, "holder");
 	in->rescan = modules_scan(&t->mods, t->pid, record_on_plugin, r->smp) == -EAGAIN;
+	phase(r, "plugins");
 	in->smp = r->smp;
 	in->pid = t->pid;
 	in->rt = &t->rt;
@@ -386,6 +387,10 @@ static int run_attach(struct run *r)
 
 		modules_lookup(&t->mods, t->mods.ranges ? t->mods.ranges[0].start : 0, 0, fr, 4);
 	}
+	/* every probe in: the window may open (before the release, so that
+	 * a launched command is sampled from its first allocation; a write
+	 * queued before the executor runs waits for it in the thread's stop) */
+	sampler_set_window_gate(r->smp, CH_GATE_ARMED);
 	if (r->px && r->px_untraced) {
 		ptexec_free(r->px);
 		r->px = NULL;
@@ -395,6 +400,7 @@ static int run_attach(struct run *r)
 		snprintf(r->msg, sizeof(r->msg), "cannot let PID %d run (ptrace detach: %s)", t->pid, strerror(errno));
 		return -1;
 	}
+	phase(r, "release");
 	return 0;
 }
 
@@ -423,6 +429,7 @@ static void run_meta_at_attach(struct run *r)
 		m->probes_emulated += r->cfg.malloc->fn[f].emulated ? n : 0;
 		m->probes_total += n;
 	}
+	m->probe_links = sampler_probe_links(r->smp);
 	m->pid = t->pid;
 	m->exe = t->exe;
 	m->ocaml_version = t->rt.version;
@@ -445,28 +452,23 @@ static bool run_start(struct run *r)
 	struct intake *in = &r->intake;
 	struct target *t = &r->t;
 
-	fprintf(stderr, "camlheap: recording PID %d (%s, OCaml %s) at rate %g; %u probes attached in %.3f s%s\n",
+	record_say("camlheap: recording PID %d (%s, OCaml %s) at rate %g; %u probes attached in %.3f s%s\n",
 		t->pid, t->exe, t->rt.version, r->cfg.rate, r->meta.probes_total, r->meta.attach_s,
 		o->duration_s > 0 || o->serve ? "" : "; stop with Ctrl-C");
 	r->pidfd = proc_pidfd(t->pid);
-	if (o->duration_s > 0) {
-		struct itimerspec its = { 0 };
-
-		its.it_value.tv_sec = (time_t)o->duration_s;
-		its.it_value.tv_nsec = (long)((o->duration_s - (double)its.it_value.tv_sec) * 1e9);
-		if (!its.it_value.tv_sec && !its.it_value.tv_nsec)
-			its.it_value.tv_nsec = 1;
+	/* --duration counts from the window's opening (record_window_check) */
+	if (o->duration_s > 0)
 		r->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
-		timerfd_settime(r->timerfd, 0, &its, NULL);
-	}
 	in->t = t;
 	in->o = o;
 	in->meta = &r->meta;
-	in->t_attached = r->t_attached;
+	in->t_attached = in->t_gate = r->t_attached;
+	in->timerfd = r->timerfd;
 	in->px = r->px;
 	in->budget_sps = o->budget_sps;
 	in->shift_since = in->win_start = now_s();
 	in->next_periodic = now_s() + o->interval_s;
+	record_window_check(in);
 	if (o->serve)
 		serve_send(in, "attached %s %s %g", t->rt.version, executor_names[r->ex], r->cfg.rate);
 	if (o->topo) {
@@ -511,7 +513,7 @@ static void run_detach(struct run *r)
 	/* the resident set now if the target still lives, else its last reading */
 	record_fill_resident(m, in, !in->exec && record_read_resident(in) == 0);
 	m->budget = record_budget_describe(in);
-	m->duration_s = now_s() - r->t_attached;
+	record_window_finish(in, now_s());
 	t_detach = now_s();
 	/* no probe queues a write any more: drain and let go */
 	if (r->px) {
@@ -546,9 +548,9 @@ static void run_detach(struct run *r)
 			size_t n = strlen(r->reason);
 
 			snprintf(r->reason + n, sizeof(r->reason) - n, "; then ");
-			describe_status(r->status, r->reason + strlen(r->reason), sizeof(r->reason) - strlen(r->reason));
+			record_describe_status(r->status, r->reason + strlen(r->reason), sizeof(r->reason) - strlen(r->reason));
 		} else {
-			describe_status(r->status, r->reason, sizeof(r->reason));
+			record_describe_status(r->status, r->reason, sizeof(r->reason));
 		}
 	}
 	m->cpu_s = record_self_cpu_s(&m->max_rss_mib);
@@ -573,7 +575,7 @@ static void run_finish_top(struct run *r)
 		top_ended(in->top, now_s(), r->reason, ended, r->sigfd);
 		top_free(in->top);
 		in->top = NULL;
-		fprintf(stderr, "camlheap: %s; PID %d watched for %.1f s, %llu sample%s\n", r->reason, r->t.pid,
+		record_say("camlheap: %s; PID %d watched for %.1f s, %llu sample%s\n", r->reason, r->t.pid,
 			r->meta.duration_s, (unsigned long long)r->prof->samples, r->prof->samples == 1 ? "" : "s");
 		r->exit_code = in->top_quit ? 1 : 0; /* stdout failed */
 	}
@@ -592,7 +594,6 @@ static void run_finish_serve(struct run *r)
 	in->px = NULL; /* its figures are in meta now */
 	in->smp = NULL;
 	in->meta = &r->meta;
-	in->t_attached = r->t_attached;
 	snprintf(why, sizeof(why), "final: %s", r->reason);
 	record_write_periodic(in, "-final", why);
 	fprintf(stderr, "camlheap: %s; %llu samples; last profiles in %s\n", r->reason,
@@ -615,7 +616,7 @@ static void run_finish_recording(struct run *r)
 	} else {
 		r->exit_code = 0;
 		if (o->output && strcmp(o->output, "-"))
-			fprintf(stderr,
+			record_say(
 				"camlheap: %llu samples in %llu sampled blocks; recording written to %s (memtrace "
 				"format: camlheap report %s, or memtrace_viewer)\n",
 				(unsigned long long)r->prof->samples, (unsigned long long)recording_allocs(in->rec),
@@ -647,7 +648,7 @@ static void run_finish_report(struct run *r)
 	} else {
 		r->exit_code = 0;
 		if (o->output && strcmp(o->output, "-"))
-			fprintf(stderr, "camlheap: %llu samples; report written to %s\n",
+			record_say("camlheap: %llu samples; report written to %s\n",
 				(unsigned long long)r->prof->samples, o->output);
 	}
 }
@@ -663,7 +664,7 @@ static int run_end(struct run *r)
 	if (t->launched && !r->reaped)
 		r->reaped = record_wait_for_command(t->pid, r->sigfd, r->pidfd, &r->status, &r->exit_code);
 	if (t->launched && r->reaped && r->exit_code == 0)
-		r->exit_code = status_to_exit(r->status);
+		r->exit_code = record_status_to_exit(r->status);
 	target_release(t);
 	free(r->command);
 	close(r->sigfd);
@@ -728,11 +729,14 @@ static uint32_t ringbuf_bytes(void)
 	return RINGBUF_BYTES;
 }
 
+bool record_quiet;
+
 int record_run(const struct record_opts *o)
 {
 	static struct run r; /* large (messages, the intake): not on the stack */
 	int ret;
 
+	record_quiet = o->quiet;
 	r = (struct run){
 		.o = o,
 		.t = { .pid = o->pid, .exe_fd = -1 },
@@ -745,6 +749,7 @@ int record_run(const struct record_opts *o)
 		.ex = CH_EXEC_OBSERVE,
 		.reason = "stopped",
 		.t0 = now_s(),
+		.t_phase = now_s(),
 		.sigfd = -1,
 		.pidfd = -1,
 		.timerfd = -1,

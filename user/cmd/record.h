@@ -31,6 +31,8 @@ struct record_opts {
 	unsigned max_frames;
 	enum record_executor executor;
 	bool keep_cpus_awake;      /* ptrace executor: SCHED_IDLE spinners keep vCPUs from halting */
+	bool quiet;                /* nothing on stderr but errors (-q; launch mode without --verbose) */
+	bool verbose;              /* --verbose: camlheap's messages on stderr in launch mode too */
 	/* census (README *Census*) */
 	bool live;                 /* record --live: per-site live and peak in the text report */
 	int value;                 /* enum report_value: what the report ranks / sums */

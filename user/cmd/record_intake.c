@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,7 +53,7 @@ int record_read_resident(struct intake *in)
 					 "--malloc probed %s, but the program loaded %s: its malloc calls were not "
 					 "seen; attach with -p PID once it runs (its mapped libc is probed then)",
 					 in->malloc_libc, mapped);
-				fprintf(stderr, "camlheap: %s\n", in->libc_warning);
+				record_say("camlheap: %s\n", in->libc_warning);
 			}
 		}
 	}
@@ -103,9 +104,9 @@ void record_on_plugin(void *ctx, const struct module *m)
 	struct sampler *smp = ctx;
 
 	if (sampler_add_runtime_frames(smp, m->ft, m->bias) < 0)
-		fprintf(stderr, "camlheap: cannot load the frame tables of plugin %s\n", m->path);
+		record_say("camlheap: cannot load the frame tables of plugin %s\n", m->path);
 	else
-		fprintf(stderr, "camlheap: plugin %s: %zu frame descriptors loaded\n", m->path, m->ft->count);
+		record_say("camlheap: plugin %s: %zu frame descriptors loaded\n", m->path, m->ft->count);
 }
 
 /* The resident-memory part of the report's header, from the intake's
@@ -452,6 +453,75 @@ int record_top_write_cb(void *ctx, bool memtrace, const char *path, char *msg, s
 }
 
 /* Consume samples until a stop condition; describe it in reason. */
+bool record_window_check(struct intake *in)
+{
+	struct report_meta *m = in->meta;
+	double now = now_s(), start;
+	uint64_t minor_ns;
+
+	if (in->window_open)
+		return true;
+	if (!sampler_window_waits_minor(in->smp)) {
+		start = in->t_gate;
+		m->window_how = "at once (no minor heap to arm)";
+	} else if ((minor_ns = sampler_minor_start_ns(in->smp, in->pid))) {
+		start = (double)minor_ns * 1e-9;
+		if (start < in->t_gate)
+			start = in->t_gate;
+		m->window_how = "at the minor heap's first trap or collection";
+	} else if (now - in->t_gate >= WINDOW_WAIT_S) {
+		sampler_set_window_gate(in->smp, CH_GATE_FORCED);
+		start = now;
+		in->window_forced = true;
+		m->window_how = "without the minor heap (no trap or minor collection within 0.2 s)";
+	} else {
+		return false;
+	}
+	in->window_open = true;
+	m->window_wait_s = start - in->t_gate;
+	in->t_attached = start;
+	{
+		/* the profile's time zero and the report's start: the window's */
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		in->prof->zero_ns = (uint64_t)(start * 1e9);
+		m->start_unix_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - (int64_t)((now - start) * 1e9);
+	}
+	if (in->timerfd >= 0 && in->o->duration_s > 0) {
+		double left = in->o->duration_s - (now - start);
+		struct itimerspec its = { 0 };
+
+		if (left < 1e-9)
+			left = 1e-9;
+		its.it_value.tv_sec = (time_t)left;
+		its.it_value.tv_nsec = (long)((left - (double)its.it_value.tv_sec) * 1e9);
+		if (!its.it_value.tv_sec && !its.it_value.tv_nsec)
+			its.it_value.tv_nsec = 1;
+		timerfd_settime(in->timerfd, 0, &its, NULL);
+	}
+	in->shift_since = in->win_start = start;
+	return true;
+}
+
+void record_window_finish(struct intake *in, double t_end)
+{
+	struct report_meta *m = in->meta;
+
+	if (!in->window_open) {
+		m->window_how = NULL;
+		m->duration_s = 0;
+		return;
+	}
+	m->duration_s = t_end - in->t_attached;
+	if (in->window_forced) {
+		uint64_t ns = sampler_minor_start_ns(in->smp, in->pid);
+		double late = ns ? (double)ns * 1e-9 - in->t_attached : -1;
+
+		m->window_minor_late_s = ns && late < 1e-6 ? 1e-6 : late;
+	}
+}
+
 void record_until_stop(const struct record_opts *o, struct target *t, struct sampler *smp,
 			      struct intake *intake, int sigfd, int pidfd, int timerfd, char *reason, size_t len)
 {
@@ -484,7 +554,11 @@ void record_until_stop(const struct record_opts *o, struct target *t, struct sam
 			if (due * 1000 < timeout)
 				timeout = due > 0 ? (int)(due * 1000) + 1 : 0;
 		}
+		if (!intake->window_open)
+			timeout = 10; /* its start is read from the kernel: soon */
 		poll(fds, 6, timeout);
+		/* before the events: the window's start is their time zero */
+		record_window_check(intake);
 		sampler_consume(smp);
 		if (intake->top) {
 			if ((fds[5].revents & POLLIN) && top_keys(intake->top)) {
@@ -566,7 +640,7 @@ void record_until_stop(const struct record_opts *o, struct target *t, struct sam
 		if (o->wait_major > 0 && now_s() >= next_progress) {
 			uint32_t seen = intake->prof->clean_phases;
 
-			fprintf(stderr,
+			record_say(
 				"camlheap: waiting for %d full major cycle%s: %u ended so far (the first one "
 				"only ends the cycle under way at attach); Ctrl-C writes the census now\n",
 				o->wait_major, o->wait_major == 1 ? "" : "s", seen ? seen - 1 : 0);
@@ -623,4 +697,23 @@ int record_write_report(const struct record_opts *o, const struct profile *prof,
 	else
 		ret = outfile_commit(&out);
 	return ret;
+}
+
+int record_status_to_exit(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return 1;
+}
+
+void record_describe_status(int status, char *buf, size_t len)
+{
+	if (WIFEXITED(status))
+		snprintf(buf, len, "target exited with status %d", WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(buf, len, "target killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+	else
+		snprintf(buf, len, "target ended");
 }

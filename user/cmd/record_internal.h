@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "camlheap.h"
@@ -46,7 +47,11 @@ struct intake {
 	struct target *t;
 	const struct record_opts *o;
 	struct report_meta *meta;
-	double t_attached;
+	double t_attached;         /* the window's start once open (record_window_check), before: the attach's end */
+	double t_gate;             /* when the window's gate was armed (every probe in, the executor running) */
+	bool window_open;
+	bool window_forced;        /* opened without waiting for the minor heap (WINDOW_WAIT_S) */
+	int timerfd;               /* --duration's, armed when the window opens; -1 without */
 	struct ptexec *px;
 	/* --budget: samples kept per second at most */
 	double budget_sps;
@@ -71,11 +76,41 @@ struct intake {
 	int top_refreshes;
 };
 
+/* A wait status as an exit status: the command's, or 128 + its signal. */
+int record_status_to_exit(int status);
+
+/* A wait status in words ("target exited with status 3"), into buf. */
+void record_describe_status(int status, char *buf, size_t len);
+
+/* How long the window waits for the minor heap to be armed (its first
+ * trap or collection after attach) before it opens without it, seconds:
+ * a program that allocates no minor heap meanwhile loses this much of its
+ * other kinds; one that does loses at most the rest of one minor heap of
+ * minor words, which the report then states. */
+#define WINDOW_WAIT_S 0.2
+
+/* The window (bpf/alloc.bpf.c window_open), until it is open: is it now?
+ * If so: its start (in->t_attached), the --duration timer armed from it,
+ * the profile's time zero and the report's start time set; once
+ * WINDOW_WAIT_S has passed without a minor-heap arming, it is opened by
+ * force.  Returns whether it is open. */
+bool record_window_check(struct intake *in);
+
+/* At the end: the report's window figures (meta's window_*, duration_s). */
+void record_window_finish(struct intake *in, double t_end);
+
 /* How often the target's resident set is read, seconds. */
 #define RESIDENT_PERIOD_S 0.1
 
 /* A line to the service (serve.h's protocol), from a service worker only. */
 #define serve_send(in, ...) ((in)->o->serve ? (void)serve_sendf((in)->o->serve_fd, __VA_ARGS__) : (void)0)
+
+/* -q, or launch mode without --verbose (record_opts.quiet): camlheap's
+ * messages other than errors are not written.  Set by record_run. */
+extern bool record_quiet;
+
+/* A message that is not an error, on stderr unless record_quiet. */
+#define record_say(...) (record_quiet ? (void)0 : (void)fprintf(stderr, __VA_ARGS__))
 
 /* CLOCK_MONOTONIC now, seconds. */
 static inline double now_s(void)

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -556,6 +558,16 @@ static void *executor_main(void *arg)
 	}
 	set_phase(x, PH_READY);
 	if (wait_phase_change(x, PH_READY) == PH_RUN && x->result == 0) {
+		/* The target waits in its stop until this thread has written:
+		 * at a lower priority than the target's (camlheap niced), it
+		 * would pass camlheap's niceness on to the target.  This thread
+		 * takes the target's priority (a nice value per thread,
+		 * setpriority(2) NOTES; lowering it needs CAP_SYS_NICE). */
+		errno = 0;
+		int target_nice = getpriority(PRIO_PROCESS, (id_t)x->pid);
+
+		if (errno == 0 && getpriority(PRIO_PROCESS, 0) > target_nice)
+			setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), target_nice);
 		if (x->launched) {
 			/* leave the exec stop, now following clones */
 			ptrace(PTRACE_SETOPTIONS, x->pid, 0, (void *)(long)(PTRACE_O_TRACECLONE | PTRACE_O_TRACEEXEC));

@@ -25,6 +25,10 @@ struct sampler_config {
 	bool census;            /* follow sampled blocks to their death (fate events) */
 	uint32_t max_tracked;   /* census: sampled blocks followed in the major heap at once (>= 1) */
 	const struct malloc_probes *malloc; /* --malloc: the libc probes to attach too (copied), or NULL */
+	const struct ocaml_runtime *runtime; /* the target's: only the programs its probes need are
+					      * loaded (NULL: all) */
+	uint32_t runtime_frames_cap; /* frame descriptors registered at run time (plugins) the unwinder
+				      * can hold; 0: 1 Mi (the kernel zeroes 16 bytes a slot at load) */
 };
 
 /* Entries of the kernel's young set for `rate`: enough for the samples of
@@ -59,7 +63,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		   const char *exe, const char *exe_name, char *err, size_t errlen);
 
 /* Can this kernel run BPF programs that call bpf_probe_write_user?  Loads
- * a tiny uprobe program that does (bpf/probe_write.bpf.c) and unloads it.
+ * a tiny uprobe program that does (eight raw instructions) and unloads it.
  * False under kernel lockdown (Secure Boot), which refuses the helper.
  * Returns 1, 0, or a negative errno if BPF itself cannot be loaded. */
 int sampler_kernel_write_allowed(void);
@@ -71,6 +75,25 @@ int sampler_write_req_fd(const struct sampler *s);
 /* Add the descriptors of a plugin mapped with load bias `bias` to the
  * unwinder's runtime-address map.  Returns 0 or -errno. */
 int sampler_add_runtime_frames(struct sampler *s, const struct frametable *ft, uint64_t bias);
+
+/* The window's gate (include/camlheap.h enum ch_window_gate, the BPF side
+ * in bpf/alloc.bpf.c window_open): CH_GATE_ARMED once every probe is in
+ * and the executor runs, CH_GATE_FORCED to open the window without waiting
+ * for the minor heap to be armed.  Nothing is sampled or counted before.
+ * Returns 0 or -EINVAL (no sampler). */
+int sampler_set_window_gate(struct sampler *s, enum ch_window_gate gate);
+
+/* How the runtime's probes were attached: "uprobe_multi links" or
+ * "perf-event uprobes" (uprobe_multi.h). */
+const char *sampler_probe_links(const struct sampler *s);
+
+/* Whether `pid`'s window waits for its minor heap to be armed (minor
+ * samples from traps; set at sampler_attach). */
+bool sampler_window_waits_minor(const struct sampler *s);
+
+/* When `pid`'s minor heap was first armed, CLOCK_MONOTONIC ns
+ * (bpf_ktime_get_ns), or 0: not yet, or no such process in the map. */
+uint64_t sampler_minor_start_ns(const struct sampler *s, pid_t pid);
 
 /* Stop sampling `pid` at once: its entry in the kernel's process map is
  * removed, so every probe that still fires returns at its first

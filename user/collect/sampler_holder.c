@@ -128,8 +128,8 @@ int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
 	int fds[2], status, lend_link = -1, loans_fd = -1;
 	pid_t mid;
 
-	if (s->executor == CH_EXEC_KERNEL && s->links[OCAML_PROBE_RESET_LIMIT]) {
-		lend_link = bpf_link__fd(s->links[OCAML_PROBE_RESET_LIMIT]);
+	if (s->executor == CH_EXEC_KERNEL && sampler_link_fd(s, OCAML_PROBE_RESET_LIMIT) >= 0) {
+		lend_link = sampler_link_fd(s, OCAML_PROBE_RESET_LIMIT);
 		loans_fd = bpf_map__fd(s->skel->maps.trig_loans);
 	}
 
@@ -167,10 +167,18 @@ int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
 	 * disconnected libbpf link leaves its descriptors open, so close the
 	 * link's, and the perf events under the uprobe links (libbpf does not
 	 * expose those; camlheap opens no other perf event) */
-	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
+	for (int i = 0; i < OCAML_PROBE__COUNT; i++) {
 		drop_link(&s->links[i]);
-	for (int i = 0; i < 2 * CH_MFN__COUNT; i++)
+		if (s->ulinks[i] >= 0)
+			close(s->ulinks[i]);
+		s->ulinks[i] = -1;
+	}
+	for (int i = 0; i < 2 * CH_MFN__COUNT; i++) {
 		drop_link(&s->mlinks[i]);
+		if (s->umlinks[i] >= 0)
+			close(s->umlinks[i]);
+		s->umlinks[i] = -1;
+	}
 	drop_link(&s->exec_link);
 	close_fds_by_link("anon_inode:[perf_event]", true, -1);
 	s->holder_fd = fds[1];

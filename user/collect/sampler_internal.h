@@ -19,7 +19,12 @@ struct sampler {
 	struct alloc_bpf *skel;
 	struct ring_buffer *rb;
 	struct bpf_link *links[OCAML_PROBE__COUNT];
+	/* or, where the kernel has them (uprobe_multi.h), uprobe_multi link
+	 * descriptors instead of links[] (-1: none) */
+	int ulinks[OCAML_PROBE__COUNT];
+	bool multi;
 	struct bpf_link *mlinks[2 * CH_MFN__COUNT]; /* --malloc: return probes, then entry probes */
+	int umlinks[2 * CH_MFN__COUNT];             /* or their uprobe_multi links (-1: none) */
 	bool malloc_on;
 	struct malloc_probes mp;
 	struct bpf_link *exec_link;
@@ -28,6 +33,7 @@ struct sampler {
 	double rate;
 	enum ch_executor executor;
 	bool minor_from_memprof;
+	bool window_minor;      /* the window waits for the minor heap to be armed */
 	bool census;
 	uint32_t max_tracked;     /* major_tracked entries (census) */
 	struct ch_proc last_proc; /* the process's state when sampling stopped */
@@ -35,6 +41,9 @@ struct sampler {
 	pid_t last_pid;
 	int holder_fd;          /* write end of the holder's pipe, or -1 */
 };
+
+/* Runtime probe i's link descriptor (either form), or -1. */
+int sampler_link_fd(const struct sampler *s, int i);
 
 /* Wait up to 0.5 s until the map of young_trigger loans (the BPF map
  * trig_loans of bpf/ocaml5/minor.bpf.h, fd `fd`) is empty: every lent value

@@ -50,11 +50,19 @@ struct report_meta {
 	const char *end_reason;        /* "target exited with status 0", "duration elapsed", ... */
 	double duration_s;             /* recording time, seconds */
 	double attach_s;               /* from start to probes attached, seconds */
+	/* The one window every figure covers (bpf/alloc.bpf.c window_open):
+	 * it opened window_wait_s after the attach, as window_how says ("at
+	 * once", ...); window_minor_late_s > 0: the minor heap was sampled only
+	 * from that many seconds into the window (opened by force); <0: never */
+	double window_wait_s;
+	const char *window_how;        /* NULL: the window never opened (nothing sampled) */
+	double window_minor_late_s;
 	unsigned max_frames;
 	unsigned probes_emulated;      /* probes on kernel-emulated instructions */
 	unsigned plugins;              /* Dynlink plugins whose frame tables were loaded */
 	unsigned unreadable_files;     /* mapped files that could not be opened (fd limit) */
 	unsigned probes_total;
+	const char *probe_links;       /* "uprobe_multi links" or "perf-event uprobes" (the runtime's probes) */
 	uint64_t counters[CH_CNT__COUNT]; /* BPF counters (enum ch_counter) */
 	double cpu_s;                  /* camlheap's own CPU time (user + system), seconds */
 	double max_rss_mib;            /* camlheap's own peak resident set, MiB */

@@ -61,6 +61,10 @@ static void json_run(JsonBuilder *jb, const struct profile *p, const struct repo
 	json_member_int(jb, "start_unix_ns", m->start_unix_ns);
 	json_member_double(jb, "duration_s", m->duration_s);
 	json_member_double(jb, "attach_s", m->attach_s);
+	json_member_str(jb, "probe_links", m->probe_links);
+	json_member_double(jb, "window_wait_s", m->window_wait_s);
+	json_member_str(jb, "window", m->window_how);
+	json_member_double(jb, "window_minor_late_s", m->window_minor_late_s);
 	json_member_str(jb, "end_reason", m->end_reason);
 	json_member_int(jb, "max_depth", m->max_frames);
 	json_builder_end_object(jb);

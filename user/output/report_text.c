@@ -211,6 +211,32 @@ static void text_scope_line(FILE *out, const struct report_meta *m)
 }
 
 /* target, command, rate, budget, duration, samples, sampler, profiler. */
+/* The report's "duration" line: the one window every figure covers, how
+ * it opened, what the attach cost.  A recording older than the window
+ * (no window_how, duration > 0) gets the line it always had. */
+static void report_window_line(FILE *out, const struct report_meta *m)
+{
+	if (!m->window_how && m->duration_s > 0) {
+		fprintf(out, "duration    %.2f s (attach took %.3f s); %s\n", m->duration_s, m->attach_s, m->end_reason);
+		return;
+	}
+	if (!m->window_how) {
+		fprintf(out, "duration    0 s: the window never opened (the minor heap had no trap or collection "
+			     "after the attach), nothing was sampled (attach took %.3f s); %s\n",
+			m->attach_s, m->end_reason);
+		return;
+	}
+	fprintf(out, "duration    %.2f s, one window for every kind, opened %.3f s after the attach %s "
+		     "(attach took %.3f s); %s\n",
+		m->duration_s, m->window_wait_s, m->window_how, m->attach_s, m->end_reason);
+	if (m->window_minor_late_s > 0)
+		fprintf(out, "warning     minor-heap words were sampled only from %.3f s into the window (its first "
+			     "arming): minor estimates miss the words before\n", m->window_minor_late_s);
+	else if (m->window_minor_late_s < 0)
+		fprintf(out, "warning     the minor heap was never armed in the window: minor-heap words were not "
+			     "sampled\n");
+}
+
 static void text_run_lines(FILE *out, const struct profile *p, const struct report_meta *m, uint64_t hits)
 {
 	const uint64_t *c = m->counters;
@@ -228,13 +254,14 @@ static void text_run_lines(FILE *out, const struct profile *p, const struct repo
 	if (m->budget)
 		fprintf(out, "budget      lambda in force: %s; a kept sample stands for 1/(its lambda) words, so estimates stay "
 			     "unbiased (intervals assume the base rate: too narrow when samples were thinned)\n", m->budget);
-	fprintf(out, "duration    %.2f s (attach took %.3f s); %s\n", m->duration_s, m->attach_s, m->end_reason);
+	report_window_line(out, m);
 	fprintf(out, "samples     %" PRIu64 " in %" PRIu64 " sampled blocks; dropped events %" PRIu64 " (%" PRIu64
 		     " samples)\n",
 		p->samples, p->events, c[CH_CNT_DROPPED], c[CH_CNT_DROPPED_SAMPLES]);
 	if (!m->foreign) {
-	fprintf(out, "sampler     %s; %u/%u probes on emulated instructions; %u Dynlink plugin%s\n",
-		m->sampler_mode, m->probes_emulated, m->probes_total, m->plugins, report_plural(m->plugins));
+	fprintf(out, "sampler     %s; %u/%u probes on emulated instructions%s%s; %u Dynlink plugin%s\n",
+		m->sampler_mode, m->probes_emulated, m->probes_total, m->probe_links ? ", as " : "",
+		m->probe_links ? m->probe_links : "", m->plugins, report_plural(m->plugins));
 	fprintf(out,
 		"profiler    camlheap used %.2f s of CPU, peak RSS %.1f MiB; the target took %" PRIu64
 		" probe hit%s (~1 us each, more for samples with deep stacks)\n",
@@ -547,7 +574,7 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 	if (m->budget)
 		fprintf(out, "budget      lambda in force: %s (kept samples weighted by 1/lambda: unbiased; intervals "
 			     "assume the base rate)\n", m->budget);
-	fprintf(out, "duration    %.2f s (attach took %.3f s); %s\n", m->duration_s, m->attach_s, m->end_reason);
+	report_window_line(out, m);
 	fprintf(out, "samples     %" PRIu64 " in %" PRIu64 " sampled blocks; dropped events %" PRIu64 " (%" PRIu64
 		     " samples)\n",
 		p->samples, p->events, m->counters[CH_CNT_DROPPED], m->counters[CH_CNT_DROPPED_SAMPLES]);
