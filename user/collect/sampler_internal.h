@@ -13,6 +13,7 @@
 
 struct alloc_bpf;
 struct bpf_link;
+struct bpf_program;
 struct ring_buffer;
 
 struct sampler {
@@ -41,6 +42,22 @@ struct sampler {
 	pid_t last_pid;
 	int holder_fd;          /* write end of the holder's pipe, or -1 */
 };
+
+/* sampler_plan.c.  The program of each runtime probe (NULL: none) into
+ * progs[OCAML_PROBE__COUNT]. */
+void sampler_runtime_programs(struct alloc_bpf *skel, struct bpf_program *progs[OCAML_PROBE__COUNT]);
+
+/* Is runtime probe `i` attached, for a plan that samples the minor heap
+ * through traps (minor_on), takes the program's own Gc.Memprof samples
+ * (minor_observe), follows blocks (census_on)? */
+bool sampler_probe_wanted(int i, const struct ocaml_runtime *rt, bool minor_on, bool minor_observe, bool census_on);
+
+/* Before the load: only the programs of cfg's plan are loaded, as
+ * uprobe_multi programs where the kernel has them (s->multi set). */
+void sampler_select_programs(struct sampler *s, const struct sampler_config *cfg);
+
+/* Before the load: the maps of what cfg's plan does not do get one entry. */
+void sampler_size_maps(struct sampler *s, const struct sampler_config *cfg);
 
 /* Runtime probe i's link descriptor (either form), or -1. */
 int sampler_link_fd(const struct sampler *s, int i);
