@@ -34,6 +34,26 @@ char LICENSE[] SEC("license") = "GPL";
  * with 6-frame stacks); user space also drains on a timer. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
 
+/* What the plan fixed for the object's life, set by user space before the
+ * load (sampler_open): the runtime family (4 or 5) and whether the census
+ * follows blocks (CH_FIXED_ON or CH_FIXED_OFF); 0 leaves it to each
+ * process's ch_proc.  A frozen read-only value is a constant to the
+ * verifier, which then skips the paths of the other family and of the
+ * census off: each sample path is verified for one runtime, not both
+ * (the attach's CPU time is mostly verification, see README *Attach*). */
+const volatile __u32 fixed_major = 0;
+const volatile __u32 fixed_census = 0;
+
+static __always_inline bool proc_ocaml5(const struct ch_proc *p)
+{
+	return fixed_major ? fixed_major == 5 : p->ocaml5;
+}
+
+static __always_inline bool proc_census(const struct ch_proc *p)
+{
+	return fixed_census ? fixed_census == CH_FIXED_ON && p->census_on : p->census_on;
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
@@ -41,9 +61,12 @@ struct {
 	__type(value, struct ch_proc);
 } procs SEC(".maps");
 
+/* Mappable: user space writes the pool in place (one update a slot costs
+ * ~15 ms of the attach for 64 Ki slots). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CH_GEOM_POOL_SIZE);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, __u64); /* geometric draw, words, >= 1 */
 } geom_pool SEC(".maps");
@@ -217,7 +240,7 @@ static __always_inline struct ch_sample_event *prepare_event_ext(struct ch_proc 
 	if (!walk) {
 		struct ocaml_walk u = { .ev = ev, .hash = 0xcbf29ce484222325ULL, .term = CH_TERM_CLEAN };
 
-		if (p->ocaml5) {
+		if (proc_ocaml5(p)) {
 			counters5(p, ev);
 		} else if (!bpf_probe_read_user(&caml_state, sizeof(caml_state),
 						(void *)(p->caml_state_sym + p->load_bias)) && caml_state) {
@@ -226,7 +249,7 @@ static __always_inline struct ch_sample_event *prepare_event_ext(struct ch_proc 
 		}
 		unwind_lead(&u, lead);
 		unwind_finish(&u);
-	} else if (p->ocaml5) {
+	} else if (proc_ocaml5(p)) {
 		caml_state = ocaml5_dom(p);
 		if (!caml_state || !domain5_plausible(p, caml_state, ev)) {
 			count(CH_CNT_BAD_STATE, 1);
@@ -333,7 +356,7 @@ static __always_inline void census_track(struct ch_proc *p, struct ch_sample_eve
 {
 	if (!ev->sample_id)
 		return;
-	if (p->ocaml5)
+	if (proc_ocaml5(p))
 		census5_track(p, ev);
 	else
 		census4_track(p, ev);
@@ -345,7 +368,7 @@ static __always_inline void output_sample(struct ch_proc *p, struct ch_sample_ev
 {
 	if (!window_open(p))
 		return;
-	ev->sample_id = p->census_on && ev->block_addr ? ++p->next_sample_id : 0;
+	ev->sample_id = proc_census(p) && ev->block_addr ? ++p->next_sample_id : 0;
 	if (output_event(ev) == 0)
 		census_track(p, ev);
 }
@@ -404,7 +427,7 @@ static __always_inline void on_words_ext(__u8 kind, __u64 block, __u64 words, __
 		count(CH_CNT_HITS_MAJOR + kind - CH_KIND_MAJOR, 1);
 		count(CH_CNT_WORDS_MAJOR + kind - CH_KIND_MAJOR, words);
 	}
-	if (p->ocaml5) {
+	if (proc_ocaml5(p)) {
 		__u64 dom = ocaml5_dom(p);
 		__s64 *next = dom ? ocaml5_countdown(dom) : 0;
 

@@ -147,7 +147,7 @@ static __always_inline void gc_counters_now(struct ch_proc *p, __u32 *minor, __u
 {
 	__u64 v[2] = {}, caml_state = 0;
 
-	if (p->ocaml5) {
+	if (proc_ocaml5(p)) {
 		bpf_probe_read_user(&v[0], 8, (void *)(p->minor_count_sym + p->load_bias));
 		bpf_probe_read_user(&v[1], 8, (void *)(p->major_count_sym + p->load_bias));
 	} else if (!bpf_probe_read_user(&caml_state, sizeof(caml_state), (void *)(p->caml_state_sym + p->load_bias)) &&
@@ -219,7 +219,7 @@ static __always_inline int malloc_in_ocaml(struct ch_proc *p, __u64 sp)
 {
 	__u64 caml_state = 0, edge = 0;
 
-	if (p->ocaml5) {
+	if (proc_ocaml5(p)) {
 		__u64 id = bpf_get_current_pid_tgid();
 
 		caml_state = ocaml5_dom(p);
@@ -315,7 +315,7 @@ int BPF_KRETPROBE(on_malloc_ret, __u64 ret)
 		return 0;
 	ev->ext_flags = c.fn | (inside == MALLOC_OUTSIDE ? CH_MALLOC_OUTSIDE : 0);
 	ev->rate_shift = shift;
-	ev->sample_id = p->census_on ? CH_MALLOC_ID_BIT | __sync_add_and_fetch(&malloc_ids, 1) : 0;
+	ev->sample_id = proc_census(p) ? CH_MALLOC_ID_BIT | __sync_add_and_fetch(&malloc_ids, 1) : 0;
 	if (output_event(ev) == 0 && ev->sample_id) {
 		struct malloc_key k = { .ptr = ptr, .tgid = ev->tgid };
 

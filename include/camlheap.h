@@ -285,6 +285,14 @@ enum ch_window_gate {
 	CH_GATE_FORCED = 2,
 };
 
+/* The BPF object's fixed_census (alloc.bpf.c), set before the load: the
+ * census is off for the object's life, or may be on (then each process's
+ * ch_proc.census_on says); 0: not fixed. */
+enum ch_fixed {
+	CH_FIXED_OFF = 1,
+	CH_FIXED_ON = 2,
+};
+
 /* OCaml 5: per-domain sampler state, map `domains` (the countdown of
  * Gc.Memprof's rand_binom runs per domain, as memprof.c's does in 5.3). */
 struct ch_domain_key {
@@ -393,11 +401,24 @@ struct ch_frame_val {
  * entries, leaf first, runtime addresses) only when `has_frames` is set:
  * the first time the kernel sees this stack id.  Later events carry the id
  * alone; user space caches stacks by id.  Keep `frames` last. */
-/* `camlheap serve`'s discovery (bpf/discover.bpf.c): a process exec'd. */
+/* `camlheap serve`'s discovery (bpf/discover.bpf.c): a process exec'd
+ * (tgid: the process), or a followed process forked one (tgid: the child,
+ * parent: the followed process). */
+enum ch_disc_kind {
+	CH_DISC_EXEC = 0,
+	CH_DISC_FORK = 1,
+};
+
 struct ch_exec_event {
 	__u32 tgid;
+	__u32 kind;   /* enum ch_disc_kind */
+	__u32 parent; /* CH_DISC_FORK: the forking process */
 	__u32 pad;
 };
+
+/* Processes the service follows (discover.bpf.c `followed`, tgid -> 1):
+ * their forks are reported. */
+#define CH_DISC_FOLLOWED_MAX 4096
 
 /* The largest ch_sample_event.rate_shift (samples kept with probability
  * 2^-24 at the most). */

@@ -104,3 +104,73 @@ def test_perf_event_uprobes_give_the_same_window():
     """The same with the probes as perf events (kernels before 6.9, or
     CAMLHEAP_NO_UPROBE_MULTI=1), which this kernel would otherwise not run."""
     _runs(2, 1e-2, 0.05, env_extra={"CAMLHEAP_NO_UPROBE_MULTI": "1"}, links="perf-event uprobes")
+
+
+def _nice(pid, tid=None):
+    """A task's nice value: field 19 of /proc/PID[/task/TID]/stat."""
+    path = "/proc/%d/task/%d/stat" % (pid, tid) if tid else "/proc/%d/stat" % pid
+    with open(path) as f:
+        return int(f.read().rpartition(")")[2].split()[16])
+
+
+def _holders():
+    """The probe holders running now: camlheap processes whose parent is
+    init (sampler_holder.c's grandchild)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    s = f.read()
+            except OSError:
+                continue
+            if "(camlheap)" in s and s.rpartition(")")[2].split()[1] == "1":
+                out.append(int(d))
+    return out
+
+
+def test_attach_priority_is_given_back_and_a_command_keeps_the_callers():
+    """The attach runs at nice -10 (PROC_ATTACH_NICE) for its CPU time;
+    afterwards every thread of camlheap is back at the caller's nice (here
+    3), the probe holder too, the ptrace executor's thread at the target's
+    (here 0), and a launched command runs at the caller's, never at the
+    attach's."""
+    target = _steady()
+    before = set(_holders())
+    rec = subprocess.Popen(["nice", "-n", "3", CAMLHEAP, "record", "-q", "-p", str(target.pid), "--duration", "3",
+                            "-o", os.path.join(tmpdir(), "r.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.5)
+        assert rec.poll() is None, rec.communicate()
+        tids = [int(t) for t in os.listdir("/proc/%d/task" % rec.pid)]
+        nices = {t: _nice(rec.pid, t) for t in tids}
+        executor = [t for t in tids if t != rec.pid]
+        assert nices[rec.pid] == 3, nices
+        assert executor and all(nices[t] in (0, 3) for t in executor), nices
+        assert any(nices[t] == 0 for t in executor), ("no thread at the target's priority", nices)
+        holders = set(_holders()) - before
+        assert holders and all(_nice(h) == 3 for h in holders), [(h, _nice(h)) for h in holders]
+        assert all(_nice(target.pid, int(t)) == 0 for t in os.listdir("/proc/%d/task" % target.pid))
+        assert rec.wait(timeout=60) == 0, rec.communicate()
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+        target.send_signal(signal.SIGTERM)
+        target.wait(timeout=60)
+    # launch mode: the command is started before the attach raises camlheap's priority
+    launch = subprocess.Popen(["nice", "-n", "3", CAMLHEAP, "record", "-q", "-o", os.path.join(tmpdir(), "l.json"), "--",
+                               fixture("steady")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = launch.stdout.readline().decode()
+        assert line.startswith("READY "), line
+        pid = int(line.split()[1])
+        time.sleep(0.5)
+        assert all(_nice(pid, int(t)) == 3 for t in os.listdir("/proc/%d/task" % pid))
+        assert _nice(launch.pid) == 3
+        os.kill(pid, signal.SIGTERM)
+        launch.wait(timeout=60)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.wait()

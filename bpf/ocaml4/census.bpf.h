@@ -159,7 +159,7 @@ int on_minor_update(struct pt_regs *ctx)
 	struct census_pass *s;
 	__u64 t0, cs;
 
-	if (!p || !p->census_on)
+	if (!p || !proc_census(p))
 		return 0;
 	count(CH_CNT_MINOR_UPDATES, 1);
 	if (!p->young_n && !p->pending_n)
@@ -191,7 +191,7 @@ int on_clean_phase(struct pt_regs *ctx)
 	struct census_pass *s;
 	__u64 t0, cs;
 
-	if (!p || !p->census_on)
+	if (!p || !proc_census(p))
 		return 0;
 	count(CH_CNT_CLEAN_PHASES, 1);
 	t0 = bpf_ktime_get_ns();
@@ -211,7 +211,7 @@ int on_compaction(struct pt_regs *ctx)
 	struct census_pass *s;
 	__u64 cs;
 
-	if (!p || !p->census_on)
+	if (!p || !proc_census(p))
 		return 0;
 	count(CH_CNT_COMPACTIONS, 1);
 	s = census_begin(p, &cs);

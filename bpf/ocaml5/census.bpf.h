@@ -194,7 +194,7 @@ int BPF_KPROBE(on_minor5, __u64 dom)
 	struct young5_ctx c = {};
 	__u64 t0;
 
-	if (!p || !p->census_on || !p->ocaml5)
+	if (!p || !proc_census(p) || !proc_ocaml5(p))
 		return 0;
 	count(CH_CNT_MINOR_UPDATES, 1);
 	t0 = bpf_ktime_get_ns();
@@ -219,7 +219,7 @@ int on_cycle5(struct pt_regs *ctx)
 	__u32 id = 0;
 	__u64 t0;
 
-	if (!p || !p->census_on || !p->ocaml5)
+	if (!p || !proc_census(p) || !proc_ocaml5(p))
 		return 0;
 	count(CH_CNT_CLEAN_PHASES, 1);
 	t0 = bpf_ktime_get_ns();
@@ -238,7 +238,7 @@ int on_compaction5(struct pt_regs *ctx)
 	struct census_pass *s;
 	__u32 id = 0;
 
-	if (!p || !p->census_on || !p->ocaml5)
+	if (!p || !proc_census(p) || !proc_ocaml5(p))
 		return 0;
 	count(CH_CNT_COMPACTIONS, 1);
 	s = census5_begin(p, 0, &id);

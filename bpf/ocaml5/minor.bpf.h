@@ -421,7 +421,7 @@ int BPF_KPROBE(on_sample_young5, __u64 wosize, __u32 from_caml, __u32 nallocs, _
 	struct minor_view v;
 	__u64 dom;
 
-	if (!p || !p->minor_observe || !p->ocaml5 || wosize > 256 || nallocs > 256)
+	if (!p || !p->minor_observe || !proc_ocaml5(p) || wosize > 256 || nallocs > 256)
 		return 0;
 	dom = ocaml5_dom(p);
 	if (!dom || minor5_read_view(p, dom, &v))

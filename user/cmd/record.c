@@ -6,6 +6,7 @@
 #include "output/pprof.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <sys/prctl.h>
@@ -126,6 +127,7 @@ struct run {
 	char *command;          /* launch mode: the command line */
 	double t0, t_attached;  /* CLOCK_MONOTONIC, seconds */
 	double t_phase;         /* the last phase's end (phase()) */
+	int nice0;              /* the nice value to restore after the attach (INT_MIN: none) */
 	sigset_t mask, old_mask;
 	int sigfd, pidfd, timerfd, status, exit_code;
 	bool exe_unsupported;   /* not native OCaml, or an unsupported runtime */
@@ -366,7 +368,7 @@ static int run_attach(struct run *r)
 	{
 		char why[256];
 
-		if (sampler_hand_off_links(r->smp, why, sizeof(why)) < 0 && getenv("CAMLHEAP_DEBUG"))
+		if (sampler_hand_off_links(r->smp, r->nice0, why, sizeof(why)) < 0 && getenv("CAMLHEAP_DEBUG"))
 			fprintf(stderr, "camlheap: probes stay with camlheap: %s\n", why);
 	}
 	/* Plugins loaded before the caml_register_frametable probe existed
@@ -387,6 +389,8 @@ static int run_attach(struct run *r)
 
 		modules_lookup(&t->mods, t->mods.ranges ? t->mods.ranges[0].start : 0, 0, fr, 4);
 	}
+	proc_thread_nice_restore(r->nice0); /* before the executor's helper threads and the window */
+	r->nice0 = INT_MIN;
 	/* every probe in: the window may open (before the release, so that
 	 * a launched command is sampled from its first allocation; a write
 	 * queued before the executor runs waits for it in the thread's stop) */
@@ -754,7 +758,11 @@ int record_run(const struct record_opts *o)
 		.pidfd = -1,
 		.timerfd = -1,
 		.exit_code = 2,
+		.nice0 = INT_MIN,
 	};
+	/* the attach at PROC_ATTACH_NICE; a launched command keeps the caller's priority */
+	if (!o->argv)
+		r.nice0 = proc_thread_nice_raise(PROC_ATTACH_NICE);
 	ret = run_check(&r);
 	if (ret)
 		return ret;
@@ -762,6 +770,7 @@ int record_run(const struct record_opts *o)
 		ret = run_launch(&r);
 		if (ret)
 			return ret;
+		r.nice0 = proc_thread_nice_raise(PROC_ATTACH_NICE);
 	}
 	/* A closed report pipe is an error to report, not a reason to die and
 	 * orphan the command.  Set only now: ignored dispositions survive exec,

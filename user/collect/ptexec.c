@@ -560,13 +560,15 @@ static void *executor_main(void *arg)
 	if (wait_phase_change(x, PH_READY) == PH_RUN && x->result == 0) {
 		/* The target waits in its stop until this thread has written:
 		 * at a lower priority than the target's (camlheap niced), it
-		 * would pass camlheap's niceness on to the target.  This thread
-		 * takes the target's priority (a nice value per thread,
-		 * setpriority(2) NOTES; lowering it needs CAP_SYS_NICE). */
+		 * would pass camlheap's niceness on to the target; at a higher
+		 * one (the attach's, PROC_ATTACH_NICE, which a thread created
+		 * during the attach inherits) it would take CPU from it.  This
+		 * thread takes the target's priority (a nice value per thread,
+		 * setpriority(2) NOTES; raising it needs CAP_SYS_NICE). */
 		errno = 0;
 		int target_nice = getpriority(PRIO_PROCESS, (id_t)x->pid);
 
-		if (errno == 0 && getpriority(PRIO_PROCESS, 0) > target_nice)
+		if (errno == 0 && getpriority(PRIO_PROCESS, 0) != target_nice)
 			setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), target_nice);
 		if (x->launched) {
 			/* leave the exec stop, now following clones */

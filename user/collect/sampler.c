@@ -11,6 +11,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 
 #include "alloc.skel.h"
 #include "collect/uprobe_multi.h"
+#include "target/proc.h"
 
 /* splitmix64: seeds and stratum jitter; quality is ample for this. */
 static uint64_t splitmix64(uint64_t *s)
@@ -103,30 +106,54 @@ out:
 	return ret;
 }
 
+/* Descriptors the load and the attach take: one per map, two per loaded
+ * program (it and its link, or its perf event), two per libc probe with
+ * --malloc, and some for libbpf's BTF and feature probes and camlheap's
+ * own (ring buffer, pidfd, timers).  Too few would not only fail: libbpf takes a feature probe that
+ * failed for lack of descriptors (EMFILE) as the kernel lacking the
+ * feature, and the load then fails as if the kernel refused the programs
+ * (EINVAL).  So they are counted first.  Returns 0, or -EMFILE (err set). */
+static int check_fd_headroom(struct sampler *s, char *err, size_t errlen)
+{
+	struct rlimit rl;
+	struct bpf_map *m;
+	struct bpf_program *pr;
+	unsigned need = (s->malloc_on ? 4 * CH_MFN__COUNT : 0) + 8, open_fds = 0;
+	DIR *d;
+
+	bpf_object__for_each_map(m, s->skel->obj)
+		need++;
+	bpf_object__for_each_program(pr, s->skel->obj)
+		need += 2 * bpf_program__autoload(pr);
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || !(d = opendir("/proc/self/fd")))
+		return 0;
+	while (readdir(d))
+		open_fds++;
+	closedir(d);
+	open_fds = open_fds > 3 ? open_fds - 3 : 0; /* ., .. and the directory's own */
+	if (open_fds + need <= rl.rlim_cur)
+		return 0;
+	snprintf(err, errlen,
+		 "%s: %u descriptors are open of the limit %llu, and the BPF maps, programs and probes take %u more; "
+		 "raise the limit (ulimit -n, LimitNOFILE=)",
+		 strerror(EMFILE), open_fds, (unsigned long long)rl.rlim_cur, need);
+	return -EMFILE;
+}
+
+/* The pool in the map's own memory (BPF_F_MMAPABLE): no update a slot. */
 static int fill_geom_pool(struct sampler *s, double rate)
 {
-	int fd = bpf_map__fd(s->skel->maps.geom_pool);
-	uint64_t *pool = calloc(CH_GEOM_POOL_SIZE, sizeof(*pool));
-	__u32 *keys = calloc(CH_GEOM_POOL_SIZE, sizeof(*keys));
+	size_t bytes = (size_t)CH_GEOM_POOL_SIZE * sizeof(uint64_t);
+	uint64_t *pool = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(s->skel->maps.geom_pool), 0);
 	uint64_t seed = 0;
-	__u32 n = CH_GEOM_POOL_SIZE;
-	int ret = 0;
 
-	if (!pool || !keys) {
-		ret = -ENOMEM;
-		goto out;
-	}
+	if (pool == MAP_FAILED)
+		return -errno;
 	if (getentropy(&seed, sizeof(seed)) < 0)
 		seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL;
 	sampler_fill_geom_pool(pool, CH_GEOM_POOL_SIZE, rate, seed);
-	for (__u32 i = 0; i < CH_GEOM_POOL_SIZE; i++)
-		keys[i] = i;
-	if (bpf_map_update_batch(fd, keys, pool, &n, NULL) < 0)
-		ret = -errno;
-out:
-	free(pool);
-	free(keys);
-	return ret;
+	munmap(pool, bytes);
+	return 0;
 }
 
 uint32_t sampler_young_capacity(double rate)
@@ -143,7 +170,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 		 struct sampler **out, char *err, size_t errlen)
 {
 	struct sampler *s = calloc(1, sizeof(*s));
-	int ret;
+	int ret, nice0;
 
 	if (!s)
 		return -ENOMEM;
@@ -174,6 +201,11 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	s->skel->rodata->max_frames = cfg->max_frames;
 	s->skel->rodata->executor = cfg->executor;
 	s->skel->rodata->tracer_tgid = (__u32)cfg->tracer_tgid;
+	if (cfg->runtime) { /* the other family's paths and the census's are then not verified */
+		s->fixed_major = cfg->runtime->major;
+		s->skel->rodata->fixed_major = (__u32)cfg->runtime->major;
+		s->skel->rodata->fixed_census = cfg->census && cfg->runtime->census_ok ? CH_FIXED_ON : CH_FIXED_OFF;
+	}
 	bpf_map__set_max_entries(s->skel->maps.frametable, ft->count ? ft->count : 1);
 	if (cfg->runtime_frames_cap)
 		bpf_map__set_max_entries(s->skel->maps.frametable_rt, cfg->runtime_frames_cap);
@@ -186,7 +218,12 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	bpf_map__set_max_entries(s->skel->maps.malloc_live, cfg->census && cfg->malloc ? cfg->max_tracked : 1);
 	if (cfg->runtime)
 		sampler_select_programs(s, cfg);
+	ret = check_fd_headroom(s, err, errlen);
+	if (ret)
+		goto fail;
+	nice0 = proc_thread_nice_raise(PROC_ATTACH_NICE); /* the verifier's CPU time, see proc.h */
 	ret = alloc_bpf__load(s->skel);
+	proc_thread_nice_restore(nice0);
 	if (ret) {
 		ret = ret < 0 ? ret : -errno;
 		if (ret == -ENOMEM)
@@ -239,6 +276,11 @@ static int sampler_register(struct sampler *s, pid_t pid, uint64_t load_bias, co
 	__u32 key = pid;
 	uint64_t first, seed = 0;
 
+	if (s->fixed_major && s->fixed_major != rt->major) {
+		snprintf(err, errlen, "PID %d runs OCaml %d.%d, but the sampler was loaded for OCaml %d", pid,
+			 rt->major, rt->minor, s->fixed_major);
+		return -EINVAL;
+	}
 	*proc = (struct ch_proc){
 		.load_bias = load_bias,
 		.caml_state_sym = rt->caml_state_sym,

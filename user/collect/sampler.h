@@ -116,9 +116,11 @@ int sampler_drain_fates(struct sampler *s);
  * camlheap killed with -9 is no longer the target's tracer while the links
  * are being released (its threads would sit in their ptrace stops
  * meanwhile: kernel/exit.c do_exit runs exit_files, which releases the
- * links, before exit_notify's exit_ptrace).  Returns 0, or -errno (the links
- * then stay with camlheap). */
-int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen);
+ * links, before exit_notify's exit_ptrace).  `holder_nice`: the nice value
+ * the holder takes (camlheap's before its attach raised it, see
+ * proc_thread_nice_raise; INT_MIN: the caller's).  Returns 0, or -errno
+ * (the links then stay with camlheap). */
+int sampler_hand_off_links(struct sampler *s, int holder_nice, char *err, size_t errlen);
 
 /* Detach every uprobe (the target runs on untouched); events already in the
  * ring buffer can still be consumed.  After sampler_hand_off_links, this

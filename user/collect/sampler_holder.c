@@ -5,6 +5,7 @@
  * release of a uprobe; the target is never touched by it. */
 #define _GNU_SOURCE
 #include "collect/sampler_internal.h"
+#include "target/proc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -123,7 +124,7 @@ static void drop_link(struct bpf_link **link)
 	*link = NULL;
 }
 
-int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
+int sampler_hand_off_links(struct sampler *s, int holder_nice, char *err, size_t errlen)
 {
 	int fds[2], status, lend_link = -1, loans_fd = -1;
 	pid_t mid;
@@ -153,6 +154,7 @@ int sampler_hand_off_links(struct sampler *s, char *err, size_t errlen)
 
 		if (h == 0) {
 			close(fds[1]);
+			proc_thread_nice_restore(holder_nice);
 			holder_main(fds[0], lend_link, loans_fd);
 		}
 		_exit(h < 0 ? 1 : 0);

@@ -36,6 +36,7 @@ struct sampler {
 	bool minor_from_memprof;
 	bool window_minor;      /* the window waits for the minor heap to be armed */
 	bool census;
+	int fixed_major;        /* the runtime family the programs were verified for (0: either) */
 	uint32_t max_tracked;     /* major_tracked entries (census) */
 	struct ch_proc last_proc; /* the process's state when sampling stopped */
 	bool last_proc_valid;

@@ -3,12 +3,14 @@
 #include "target/proc.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -278,4 +280,22 @@ char *proc_command_line(char *const argv[])
 	s = strdup(g->str);
 	g_string_free(g, TRUE);
 	return s;
+}
+
+int proc_thread_nice_raise(int nice)
+{
+	id_t tid = (id_t)syscall(SYS_gettid);
+	int nice0;
+
+	errno = 0;
+	nice0 = getpriority(PRIO_PROCESS, tid);
+	if (errno || nice0 <= nice || setpriority(PRIO_PROCESS, tid, nice) < 0)
+		return INT_MIN;
+	return nice0;
+}
+
+void proc_thread_nice_restore(int nice0)
+{
+	if (nice0 != INT_MIN)
+		setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice0);
 }

@@ -64,4 +64,23 @@ int proc_pidfd(pid_t pid);
  * allocation failure. */
 char *proc_command_line(char *const argv[]);
 
+/* An attach's CPU time (~0.1 s, most of it the kernel verifying the BPF
+ * programs) runs at this nice value: where the CPUs are busy (30 busy
+ * processes appearing at once under serve) it would otherwise stretch with
+ * the load, for as long as the target waits (launch mode) or goes
+ * unprofiled. */
+#define PROC_ATTACH_NICE (-10)
+
+/* Set the calling thread's nice value to `nice` if that raises its
+ * priority (a nice value is per thread on Linux: setpriority(2), NOTES;
+ * threads created meanwhile inherit it).  Needs CAP_SYS_NICE; without it,
+ * or if the thread is at `nice` or better already, nothing changes.
+ * Returns the value proc_thread_nice_restore puts back, or INT_MIN
+ * (nothing to put back). */
+int proc_thread_nice_raise(int nice);
+
+/* Put back what proc_thread_nice_raise returned (INT_MIN: nothing).
+ * Lowering a priority needs no privilege. */
+void proc_thread_nice_restore(int nice0);
+
 #endif
