@@ -724,3 +724,67 @@ def test_serve_http_flood_leaves_the_socket_and_then_http_usable():
         for s_ in conns:
             s_.close()
         svc.stop()
+
+
+def _forked_pids(p, n, timeout=30):
+    """The n "FORKED <pid>" lines of a steady fixture started with forks=n."""
+    pids, end = [], time.time() + timeout
+    while len(pids) < n and time.time() < end:
+        line = p.stdout.readline().decode()
+        assert line.startswith("FORKED "), line
+        pids.append(int(line.split()[1]))
+    return pids
+
+
+def test_serve_follows_fork_children_not_fork_exec_ones():
+    # a pre-forking program: 2 children at once (before its worker has
+    # attached: found among its children), 2 more 1.5 s later (reported by
+    # the discovery program's fork tracepoint); before those, 5 fork+exec
+    # children (/bin/true), which must get no worker of their own
+    svc = Service({"steady": "exe = %s\nrate = 1e-4" % fixture("steady")}, PORT_BASE + 10, interval=1.0)
+    ps, kids = [], []
+    try:
+        early = subprocess.Popen([fixture("steady"), "forks=2", "n=20"], stdout=subprocess.PIPE)
+        ps.append(early)
+        assert early.stdout.readline().decode().startswith("READY")
+        kids += _forked_pids(early, 2)
+        late = subprocess.Popen([fixture("steady"), "forks=2", "fork_delay=1500", "spawns=5", "n=20"],
+                                stdout=subprocess.PIPE)
+        ps.append(late)
+        assert late.stdout.readline().decode().startswith("READY")
+        svc.wait_state(late.pid, "recording")
+        kids += _forked_pids(late, 2)
+        for pid in [early.pid, late.pid] + kids:
+            svc.wait_state(pid, "recording")
+        for pid in kids:
+            assert re.search(r"PID %d is a fork child of followed PID (%d|%d)" % (pid, early.pid, late.pid),
+                             svc.text()), svc.text()[-3000:]
+        time.sleep(2.5)
+        procs = svc.processes()
+        # nobody else: not the /bin/true children, not the fixtures' threads
+        assert set(procs) == {early.pid, late.pid} | set(kids), (sorted(procs), early.pid, late.pid, kids)
+        code, body = curl(svc.url("/metrics"))
+        failed = int(re.search(rb"^camlheap_workers_failed_total (\d+)", body, re.M).group(1))
+        missed = int(re.search(rb"^camlheap_processes_missed_total (\d+)", body, re.M).group(1))
+        forks = int(re.search(rb"^camlheap_forks_seen_total (\d+)", body, re.M).group(1))
+        assert failed == 0 and missed == 0, body[:2000]
+        assert forks >= 2 + 5, body[:2000]  # late's forks, its fork+exec ones; early's may predate its worker
+        # each child's own profile: its allocation sites, under its own PID
+        for pid in kids:
+            d, names = files_of(svc.out, "steady", pid)
+            heaps = [n for n in names if n.startswith("heap-")]
+            assert heaps, (pid, names)
+            prof = decode_pprof(os.path.join(d, heaps[-1]))
+            strings = prof["string_table"]
+            assert any("Steady.minor_site" in strings[f["name"][0]] for f in prof["function"]), pid
+        assert svc.stop() == 0, svc.text()[-3000:]
+        assert all(p.poll() is None for p in ps)
+    finally:
+        svc.stop()
+        for pid in [p.pid for p in ps] + kids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for p in ps:
+            p.wait()

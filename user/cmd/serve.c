@@ -227,6 +227,7 @@ static void init_service(const char *config_path, const char *real, double inter
 	pthread_mutex_init(&S.lk, NULL);
 	pthread_cond_init(&S.cv, NULL);
 	S.unsupported = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+	S.forks = g_array_new(FALSE, FALSE, sizeof(struct fork_wait));
 	S.interval_override = interval_s;
 }
 
@@ -330,9 +331,10 @@ static int start_discovery(void)
 	return 0;
 }
 
-/* One wait of the main loop, 250 ms at most, on sigfd, the discovery ring
- * buffer and the workers' descriptors; exec events and what the workers
- * sent are handled.  Returns whether sigfd has signals to read. */
+/* One wait of the main loop, 250 ms at most (less if a fork child is
+ * due), on sigfd, the discovery ring buffer and the workers' descriptors;
+ * exec and fork events and what the workers sent are handled.  Returns
+ * whether sigfd has signals to read. */
 static bool poll_once(int sigfd)
 {
 	S.nworkers_fds = 0;
@@ -341,6 +343,7 @@ static bool poll_once(int sigfd)
 	nfds_t n = 0, cap = 2 + 2 * (nfds_t)S.nworkers_fds;
 	struct pollfd *fds = g_new(struct pollfd, cap + 2);
 	struct worker **ws = g_new(struct worker *, cap + 2);
+	double fork_due = settle_forks();
 	bool sig_ready;
 
 	fds[n++] = (struct pollfd){ .fd = sigfd, .events = POLLIN };
@@ -355,8 +358,9 @@ static bool poll_once(int sigfd)
 			fds[n++] = (struct pollfd){ .fd = w->errfd, .events = POLLIN };
 		}
 	}
-	poll(fds, n, 250);
+	poll(fds, n, fork_due >= 0 && fork_due < 0.25 ? (int)(fork_due * 1000) + 1 : 250);
 	ring_buffer__consume(S.rb);
+	settle_forks();
 	for (nfds_t i = 2; i < n; i++) {
 		if (!fds[i].revents)
 			continue;
@@ -440,6 +444,7 @@ static void teardown(int sigfd)
 	pthread_mutex_unlock(&S.lk);
 	serve_config_free(&S.cfg);
 	g_hash_table_destroy(S.unsupported);
+	g_array_free(S.forks, TRUE);
 	close(sigfd);
 }
 

@@ -14,7 +14,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
 #include "camlheap.h"
+#include "discover.skel.h"
 #include "cmd/serve_internal.h"
 #include "target/proc.h"
 
@@ -220,13 +224,105 @@ bool process_gone(pid_t pid, unsigned long long starttime)
 	return proc_stat(pid, &state, &st) < 0 || st != starttime || state == 'Z' || state == 'X';
 }
 
+static void queue_fork(pid_t pid, pid_t parent)
+{
+	struct fork_wait f = { .pid = pid, .parent = parent, .due = now_mono() + FORK_SETTLE_S };
+
+	for (guint i = 0; i < S.forks->len; i++)
+		if (g_array_index(S.forks, struct fork_wait, i).pid == pid)
+			return;
+	g_array_append_val(S.forks, f);
+}
+
 int on_exec_event(void *ctx, void *data, size_t size)
 {
 	const struct ch_exec_event *e = data;
 
-	if (size >= sizeof(*e)) {
-		S.execs_seen++;
-		consider((pid_t)e->tgid);
+	if (size < sizeof(*e))
+		return 0;
+	if (e->kind == CH_DISC_FORK) {
+		S.forks_seen++;
+		queue_fork((pid_t)e->tgid, (pid_t)e->parent);
+		return 0;
 	}
+	S.execs_seen++;
+	consider((pid_t)e->tgid);
 	return 0;
+}
+
+double settle_forks(void)
+{
+	double now = now_mono(), next = -1;
+
+	for (guint i = 0; i < S.forks->len;) {
+		struct fork_wait f = g_array_index(S.forks, struct fork_wait, i);
+		unsigned long long st;
+
+		if (f.due > now) {
+			next = next < 0 || f.due - now < next ? f.due - now : next;
+			i++;
+			continue;
+		}
+		g_array_remove_index(S.forks, i);
+		if (active_worker(f.pid) || proc_starttime(f.pid, &st) < 0)
+			continue; /* followed since its exec, or gone */
+		for (size_t k = 0; k < S.cfg.ntargets; k++)
+			if (target_matches(&S.cfg.targets[k], f.pid)) {
+				slog(LOG_INFO, "target %s: PID %d is a fork child of followed PID %d", S.cfg.targets[k].name,
+				     f.pid, f.parent);
+				start_worker(&S.cfg.targets[k], f.pid);
+				break;
+			}
+	}
+	return next;
+}
+
+/* The children `pid` has already (/proc/PID/task/TID/children, Linux 3.5+
+ * with CONFIG_PROC_CHILDREN): forked before it was followed, as a
+ * pre-forking server does at once. */
+static void queue_children(pid_t pid)
+{
+	char path[64], buf[4096];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char *p, *end;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/children", pid, e->d_name);
+		if (read_file(path, buf, sizeof(buf)) <= 0)
+			continue;
+		for (p = buf; *p; p = end) {
+			long c = strtol(p, &end, 10);
+
+			if (end == p)
+				break;
+			if (c > 0)
+				queue_fork((pid_t)c, pid);
+		}
+	}
+	closedir(d);
+}
+
+void discovery_follow(pid_t pid, bool on)
+{
+	__u32 key = (__u32)pid;
+	__u8 one = 1;
+
+	if (!S.disc)
+		return;
+	if (!on) {
+		bpf_map_delete_elem(bpf_map__fd(S.disc->maps.followed), &key);
+		return;
+	}
+	/* in the map first: a fork from now on is reported, one before is
+	 * among the children read next */
+	bpf_map_update_elem(bpf_map__fd(S.disc->maps.followed), &key, &one, BPF_ANY);
+	queue_children(pid);
 }

@@ -288,6 +288,7 @@ static GString *targets_json(void)
 	json_member_double(b, "host_budget", S.cfg.host_budget);
 	json_member_int(b, "processes_followed", S.active);
 	json_member_int(b, "execs_seen", (int64_t)S.execs_seen);
+	json_member_int(b, "forks_seen", (int64_t)S.forks_seen);
 	json_builder_end_object(b);
 	json_builder_set_member_name(b, "targets");
 	json_builder_begin_array(b);
@@ -419,10 +420,14 @@ static GString *metrics_text(void)
 			       "# HELP camlheap_execs_seen_total Execs on the host seen by the discovery program.\n"
 			       "# TYPE camlheap_execs_seen_total counter\n"
 			       "camlheap_execs_seen_total %llu\n"
+			       "# HELP camlheap_forks_seen_total Fork children of followed processes seen by the discovery program.\n"
+			       "# TYPE camlheap_forks_seen_total counter\n"
+			       "camlheap_forks_seen_total %llu\n"
 ,
 			       (unsigned long long)S.started_total, (unsigned long long)S.failed_total,
 			       (unsigned long long)S.missed_total, (unsigned long long)S.skipped_total,
-			       (unsigned long long)S.limited_total, (unsigned long long)S.execs_seen);
+			       (unsigned long long)S.limited_total, (unsigned long long)S.execs_seen,
+			       (unsigned long long)S.forks_seen);
 	for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
 		g_string_append_printf(s, "# HELP %s %s\n# TYPE %s %s\n", per[m].name, per[m].help, per[m].name, per[m].type);
 		for (struct worker *w = S.workers; w; w = w->next) {

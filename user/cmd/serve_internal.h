@@ -70,6 +70,16 @@ struct pending {
 	struct pending *next;
 };
 
+/* A fork child of a followed process, looked at FORK_SETTLE_S after its
+ * fork: by then a fork+exec (a command the program runs) has exec'd, and
+ * only a child that stays the program (a pre-forking server's worker) is
+ * followed as itself.  Attaching at once would race the exec. */
+#define FORK_SETTLE_S 0.1
+struct fork_wait {
+	pid_t pid, parent;
+	double due; /* now_mono() */
+};
+
 struct service {
 	const char *config_path;
 	struct serve_config cfg;
@@ -92,6 +102,8 @@ struct service {
 	bool over_limit;          /* a process was left for max-processes: scan /proc when a worker ends */
 	double interval_override; /* serve --interval, or 0 */
 	GHashTable *unsupported;  /* exe_key -> why (char *): executables not to try again until SIGHUP */
+	GArray *forks;            /* struct fork_wait: fork children to look at once they settle */
+	uint64_t forks_seen;      /* fork children of followed processes reported */
 	size_t nworkers_fds;      /* workers in the table (each holds up to 2 descriptors) */
 	double start_unix;
 	int stats_fd;             /* BPF run-time statistics kept on while this is open */
@@ -153,8 +165,19 @@ void scan_proc(void);
 void poll_pidfiles(void);
 
 /* The discovery ring buffer's callback (ring_buffer_sample_fn): one
- * struct ch_exec_event (camlheap.h) in data.  Returns 0. */
+ * struct ch_exec_event (camlheap.h) in data: an exec is looked at now, a
+ * fork child queued in S.forks.  Returns 0. */
 int on_exec_event(void *ctx, void *data, size_t size);
+
+/* The fork children whose FORK_SETTLE_S has passed looked at (those not
+ * gone and not followed already: an exec'd one was looked at at its
+ * exec).  Returns the seconds until the next one is due, or -1 if none
+ * waits. */
+double settle_forks(void);
+
+/* Tell the discovery program whether `pid` is followed (its forks are
+ * then reported). */
+void discovery_follow(pid_t pid, bool on);
 
 /* ---- serve_worker.c ------------------------------------------------- */
 

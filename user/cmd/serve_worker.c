@@ -201,6 +201,7 @@ void start_worker(const struct serve_target *t, pid_t pid)
 	S.active++;
 	S.started_total++;
 	pthread_mutex_unlock(&S.lk);
+	discovery_follow(pid, true);
 	slog(LOG_INFO, "target %s: following PID %d (worker %d, profiles in %s)", t->name, pid, w->wpid, dir);
 	rebalance_budgets();
 }
@@ -378,8 +379,10 @@ void reap_workers(void)
 			w->wpid = 0;
 			w->status = status;
 			w->ended = now_real();
-			if (w->state == W_ATTACHING || w->state == W_RECORDING)
+			if (w->state == W_ATTACHING || w->state == W_RECORDING) {
 				S.active--;
+				discovery_follow(w->pid, false);
+			}
 			if (WIFSIGNALED(status))
 				snprintf(w->message, sizeof(w->message), "its worker was killed by SIG%s",
 					 sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status)) : "?");
