@@ -368,7 +368,10 @@ static __always_inline void output_sample(struct ch_proc *p, struct ch_sample_ev
 {
 	if (!window_open(p))
 		return;
-	ev->sample_id = proc_census(p) && ev->block_addr ? ++p->next_sample_id : 0;
+	/* atomic: on OCaml 5 the domains sample at once, and an id given twice
+	 * made the second block's young entry fail (BPF_NOEXIST: "set full")
+	 * and its fates another's */
+	ev->sample_id = proc_census(p) && ev->block_addr ? __sync_add_and_fetch(&p->next_sample_id, 1) : 0;
 	if (output_event(ev) == 0)
 		census_track(p, ev);
 }

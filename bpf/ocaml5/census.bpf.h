@@ -32,10 +32,15 @@ struct young5_entry {
 	__u32 pad;
 };
 
+/* Preallocated: an element allocated at the update (BPF_F_NO_PREALLOC)
+ * comes from a per-CPU cache refilled later (kernel/bpf/memalloc.c), so a
+ * burst of samples on one CPU failed with ENOMEM and the block went
+ * unfollowed with the set far from full (4 domains, default minor heaps,
+ * 1e-3: about one run in three).  The capacity is sized from the rate
+ * (sampler_young_capacity): ~4 200 entries at 1e-5, ~13 k at 1e-3. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1); /* set by user space (young capacity) */
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u64);     /* sample id */
 	__type(value, struct young5_entry);
 } young5 SEC(".maps");
@@ -149,9 +154,13 @@ static long census5_young_cb(void *map, __u64 *key, struct young5_entry *y, stru
 	if (e->tgid != s->tgid || y->domain != c->domain)
 		return 0;
 	c->seen++;
-	/* caml_minor_collections_count went up when this collection was set
-	 * up: a block of this cycle was born one below */
-	if (e->birth_minor_gcs + 1 != s->minor_gcs) {
+	/* caml_minor_collections_count goes up when a collection is set up
+	 * (5.4.1 minor_gc.c:839 caml_empty_minor_heap_setup), by the domain
+	 * that starts it, while the others still run until they join: a block
+	 * of this cycle was born one below, or, allocated by a domain in that
+	 * gap, at the same count (every domain takes part in every minor
+	 * collection, so it is this one that empties its heap) */
+	if (e->birth_minor_gcs + 1 != s->minor_gcs && e->birth_minor_gcs != s->minor_gcs) {
 		count(CH_CNT_FATE_STALE, 1);
 		fate = CH_FATE_UNKNOWN;
 	} else if (e->addr <= s->young_start || e->addr >= s->young_end ||
