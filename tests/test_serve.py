@@ -759,7 +759,7 @@ def test_serve_follows_fork_children_not_fork_exec_ones():
         for pid in kids:
             assert re.search(r"PID %d is a fork child of followed PID (%d|%d)" % (pid, early.pid, late.pid),
                              svc.text()), svc.text()[-3000:]
-        time.sleep(2.5)
+        # every child judged: the /bin/true ones forked (and were due) before late's children
         procs = svc.processes()
         # nobody else: not the /bin/true children, not the fixtures' threads
         assert set(procs) == {early.pid, late.pid} | set(kids), (sorted(procs), early.pid, late.pid, kids)
@@ -771,8 +771,13 @@ def test_serve_follows_fork_children_not_fork_exec_ones():
         assert forks >= 2 + 5, body[:2000]  # late's forks, its fork+exec ones; early's may predate its worker
         # each child's own profile: its allocation sites, under its own PID
         for pid in kids:
-            d, names = files_of(svc.out, "steady", pid)
-            heaps = [n for n in names if n.startswith("heap-")]
+            end = time.time() + 30  # the first profile comes after one interval (1 s)
+            while True:
+                d, names = files_of(svc.out, "steady", pid)
+                heaps = [n for n in names if n.startswith("heap-") and n.endswith(".pb.gz")]
+                if heaps or time.time() > end:
+                    break
+                time.sleep(0.1)
             assert heaps, (pid, names)
             prof = decode_pprof(os.path.join(d, heaps[-1]))
             strings = prof["string_table"]

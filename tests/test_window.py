@@ -137,10 +137,12 @@ def test_attach_priority_is_given_back_and_a_command_keeps_the_callers():
     attach's."""
     target = _steady()
     before = set(_holders())
-    rec = subprocess.Popen(["nice", "-n", "3", CAMLHEAP, "record", "-q", "-p", str(target.pid), "--duration", "3",
+    rec = subprocess.Popen(["nice", "-n", "3", CAMLHEAP, "record", "-p", str(target.pid), "--duration", "30",
                             "-o", os.path.join(tmpdir(), "r.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        time.sleep(1.5)
+        # said once every probe is in and the target runs again
+        line = rec.stderr.readline().decode()
+        assert "camlheap: recording PID" in line, line
         assert rec.poll() is None, rec.communicate()
         tids = [int(t) for t in os.listdir("/proc/%d/task" % rec.pid)]
         nices = {t: _nice(rec.pid, t) for t in tids}
@@ -151,6 +153,7 @@ def test_attach_priority_is_given_back_and_a_command_keeps_the_callers():
         holders = set(_holders()) - before
         assert holders and all(_nice(h) == 3 for h in holders), [(h, _nice(h)) for h in holders]
         assert all(_nice(target.pid, int(t)) == 0 for t in os.listdir("/proc/%d/task" % target.pid))
+        rec.send_signal(signal.SIGINT)
         assert rec.wait(timeout=60) == 0, rec.communicate()
     finally:
         if rec.poll() is None:
@@ -159,13 +162,14 @@ def test_attach_priority_is_given_back_and_a_command_keeps_the_callers():
         target.send_signal(signal.SIGTERM)
         target.wait(timeout=60)
     # launch mode: the command is started before the attach raises camlheap's priority
-    launch = subprocess.Popen(["nice", "-n", "3", CAMLHEAP, "record", "-q", "-o", os.path.join(tmpdir(), "l.json"), "--",
-                               fixture("steady")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    launch = subprocess.Popen(["nice", "-n", "3", CAMLHEAP, "record", "--verbose", "-o", os.path.join(tmpdir(), "l.json"),
+                               "--", fixture("steady")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
+        line = launch.stderr.readline().decode()
+        assert "camlheap: recording PID" in line, line
         line = launch.stdout.readline().decode()
         assert line.startswith("READY "), line
         pid = int(line.split()[1])
-        time.sleep(0.5)
         assert all(_nice(pid, int(t)) == 3 for t in os.listdir("/proc/%d/task" % pid))
         assert _nice(launch.pid) == 3
         os.kill(pid, signal.SIGTERM)

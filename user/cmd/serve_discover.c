@@ -154,10 +154,20 @@ int exe_key(pid_t pid, char *out, size_t len)
 	return 0;
 }
 
+/* The first target that wants process `pid`, or NULL. */
+static const struct serve_target *target_of(pid_t pid)
+{
+	for (size_t i = 0; i < S.cfg.ntargets; i++)
+		if (target_matches(&S.cfg.targets[i], pid))
+			return &S.cfg.targets[i];
+	return NULL;
+}
+
 /* A process to look at (exec'd, found in /proc, named by a PID file). */
 void consider(pid_t pid)
 {
 	struct worker *w = active_worker(pid);
+	const struct serve_target *t;
 
 	if (w) {
 		/* it exec'd again: its worker stops by itself (the program is
@@ -165,11 +175,9 @@ void consider(pid_t pid)
 		w->reexec = true;
 		return;
 	}
-	for (size_t i = 0; i < S.cfg.ntargets; i++)
-		if (target_matches(&S.cfg.targets[i], pid)) {
-			start_worker(&S.cfg.targets[i], pid);
-			return;
-		}
+	t = target_of(pid);
+	if (t)
+		start_worker(t, pid);
 }
 
 void scan_proc(void)
@@ -256,6 +264,7 @@ double settle_forks(void)
 
 	for (guint i = 0; i < S.forks->len;) {
 		struct fork_wait f = g_array_index(S.forks, struct fork_wait, i);
+		const struct serve_target *t;
 		unsigned long long st;
 
 		if (f.due > now) {
@@ -266,13 +275,11 @@ double settle_forks(void)
 		g_array_remove_index(S.forks, i);
 		if (active_worker(f.pid) || proc_starttime(f.pid, &st) < 0)
 			continue; /* followed since its exec, or gone */
-		for (size_t k = 0; k < S.cfg.ntargets; k++)
-			if (target_matches(&S.cfg.targets[k], f.pid)) {
-				slog(LOG_INFO, "target %s: PID %d is a fork child of followed PID %d", S.cfg.targets[k].name,
-				     f.pid, f.parent);
-				start_worker(&S.cfg.targets[k], f.pid);
-				break;
-			}
+		t = target_of(f.pid);
+		if (t) {
+			slog(LOG_INFO, "target %s: PID %d is a fork child of followed PID %d", t->name, f.pid, f.parent);
+			start_worker(t, f.pid);
+		}
 	}
 	return next;
 }

@@ -21,7 +21,6 @@
 
 #include "alloc.skel.h"
 #include "collect/uprobe_multi.h"
-#include "target/proc.h"
 
 /* splitmix64: seeds and stratum jitter; quality is ample for this. */
 static uint64_t splitmix64(uint64_t *s)
@@ -170,7 +169,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 		 struct sampler **out, char *err, size_t errlen)
 {
 	struct sampler *s = calloc(1, sizeof(*s));
-	int ret, nice0;
+	int ret;
 
 	if (!s)
 		return -ENOMEM;
@@ -221,9 +220,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	ret = check_fd_headroom(s, err, errlen);
 	if (ret)
 		goto fail;
-	nice0 = proc_thread_nice_raise(PROC_ATTACH_NICE); /* the verifier's CPU time, see proc.h */
-	ret = alloc_bpf__load(s->skel);
-	proc_thread_nice_restore(nice0);
+	ret = alloc_bpf__load(s->skel); /* at PROC_ATTACH_NICE: record raises the whole attach (proc.h) */
 	if (ret) {
 		ret = ret < 0 ? ret : -errno;
 		if (ret == -ENOMEM)
