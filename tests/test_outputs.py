@@ -183,7 +183,14 @@ def _json_run(args, rate=1e-3):
     return path
 
 
-def _diff(a, b, alpha=0.01):
+# diff's family-wise level in the tests: that of one check of the suite
+# (chtest.py, 2 (1 - Phi(Z))), so that "nothing else flagged" fails by
+# chance as rarely as any other bound here (at diff's default 0.01, one
+# run in a hundred)
+SUITE_ALPHA = 2 * (1 - statistics.NormalDist().cdf(chtest.Z))
+
+
+def _diff(a, b, alpha=SUITE_ALPHA):
     p = subprocess.run([chtest.CAMLHEAP, "diff", a, b, "--top", "1000", "--alpha", repr(alpha)], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE)
     assert p.returncode == 0, p.stderr
@@ -196,10 +203,9 @@ def _diff(a, b, alpha=0.01):
 
 def test_diff_same_program_flags_nothing():
     # two runs of one program: every site's samples split as the rates
-    # say; nothing is flagged at a family-wise level of one check of the
-    # suite (chtest.py: 2 (1 - Phi(Z)))
+    # say; nothing is flagged
     a, b = _json_run(["n=3"]), _json_run(["n=3"])
-    text, flagged = _diff(a, b, alpha=2 * (1 - statistics.NormalDist().cdf(chtest.Z)))
+    text, flagged = _diff(a, b)
     assert not flagged, text
 
 
@@ -256,6 +262,6 @@ def test_diff_checks_its_input_and_counts_absent_sites_as_not_live():
     doc["sites"] = [s for s in doc["sites"] if s["allocation"].get("function") != "Leak.leak_one"]
     other = os.path.join(d, "other.json")
     json.dump(doc, open(other, "w"))
-    text, flagged = _diff(good, other)
+    text, flagged = _diff(good, other, alpha=0.01)  # diff's default: the removed sites are flagged
     rows = [l for l in text.splitlines() if "Leak.leak_one" in l]
     assert rows and all(" 0 B " in r and "SIGNIFICANT" in r for r in rows), rows

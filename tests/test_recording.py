@@ -251,6 +251,8 @@ def test_diff_on_recordings():
     _, b, _, _ = _record([fixture("leak"), "n=3"])
     _, c, _, _ = _record([fixture("leak"), "n=3", "x2"])
     import test_outputs
+    # the same program twice: nothing flagged (at the suite's level,
+    # test_outputs.SUITE_ALPHA)
     text, flagged = test_outputs._diff(a, b)
     assert not flagged, text
     text, flagged = test_outputs._diff(a, c)
