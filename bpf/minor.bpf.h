@@ -65,7 +65,8 @@ struct inflight_tid {
 	__u64 whsize;        /* words of the block */
 	__u64 epoch;         /* minor cycle at entry */
 	__u32 pending;       /* caml_something_to_do at entry */
-	__u32 pad;
+	__u32 ours;          /* OCaml 5: the trap was camlheap's sample point alone (young_limit above the runtime's) */
+	__u64 action_pending;/* OCaml 5: the domain's action_pending at entry (8 bytes as read) */
 };
 
 struct {

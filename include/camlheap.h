@@ -192,6 +192,8 @@ enum ch_counter {
 	CH_CNT_LAYOUT_BAD,         /* 4.x: the domain state broke an invariant of its layout: minor sampling stopped,
 				    * nothing written (bpf/minor.bpf.h minor_layout_check) */
 	CH_CNT_BEFORE_WINDOW,      /* allocations seen before the window opened (not sampled, not counted) */
+	CH_CNT_POLL_MARGIN,        /* OCaml 5: sample points in caml_poll_gc_work's margin above young_trigger, never
+				    * armed (a trap there brings the GC's work forward: bpf/ocaml5/minor.bpf.h) */
 	CH_CNT__COUNT
 };
 
@@ -367,6 +369,16 @@ struct ch_write_req {
 	__u32 freeze;        /* OCaml 5: stop every other thread of the process around the check and the
 			      * write, so that no other domain's interrupt (UINTNAT_MAX) can be erased */
 	__u32 pad;
+	/* OCaml 5, at the return of a dispatch that camlheap's own sample
+	 * point caused: once `value` is written, also put back the domain's
+	 * action_pending (8 bytes at restore_addr, 0: none) as it was before
+	 * that trap, whose caml_do_pending_actions_res cleared it (5.4.1
+	 * runtime/signals.c:346).  Channel I/O and blocking sections process
+	 * pending actions (finalisers, a GC poll) only while it is set
+	 * (io.c check_pending, signals.c caml_enter_blocking_section), so a
+	 * trap the program would not have taken must leave it as it was. */
+	__u64 restore_addr;
+	__u64 restore_value;
 };
 
 /* Map `dispatch_inflight`, key = {tid, stack pointer at entry}: the

@@ -24,6 +24,13 @@
  * camlheap dies, a raised young_limit costs one spurious trap (the
  * domain's next caml_reset_young_limit lowers it).
  *
+ * What the trap itself changes: its dispatch clears action_pending
+ * (caml_do_pending_actions_res), which gates the pending actions of channel
+ * I/O and blocking sections; so the return of a dispatch that camlheap's
+ * point alone caused puts it back, in the same stop as the young_limit
+ * write (struct ch_write_req restore_*).  And a point in caml_poll_gc_work's
+ * margin is never armed (minor5_in_margin).
+ *
  * The kernel executor (bpf_probe_write_user, no freeze possible) does not
  * write young_limit at all: it lends the domain's young_trigger to
  * caml_reset_young_limit, which publishes the limit itself (see
@@ -118,13 +125,43 @@ static __always_inline void minor5_sync_epoch(struct ch_proc *p, struct ch_domai
 	count(CH_CNT_EPOCHS, 1);
 }
 
+/* caml_poll_gc_work (5.1-5.4 runtime/domain.c; 5.4.1 :1890), run at every
+ * trap into caml_alloc_small_dispatch, acts as soon as
+ *   young_ptr - Bhsize_wosize(Max_young_wosize) < young_trigger
+ * (a minor collection at young_start, a major slice at the half-heap mark),
+ * so a trap within that margin above young_trigger brings the GC's work
+ * forward by up to 257 words: later collections, finalisers and the
+ * program's output shift.  A trap at P never has young_ptr (after the
+ * dispatch's undo) below P, so a P at least the margin above young_trigger
+ * cannot; one inside it is never armed (nor lent), and is passed at the
+ * runtime's own trap, counted apart (CH_CNT_POLL_MARGIN). */
+#define CH_POLL_MARGIN_BYTES (257 * 8) /* Bhsize_wosize(Max_young_wosize), 5.x runtime/caml/config.h */
+
+static __always_inline bool minor5_in_margin(__u64 trig, __u64 young_trigger)
+{
+	return trig < young_trigger + CH_POLL_MARGIN_BYTES;
+}
+
+/* A passed P that lay in the margin of either trigger of this minor cycle
+ * (young_trigger moves from the half-heap mark to young_start at its
+ * crossing: 5.4.1 minor_gc.c:672, domain.c:1904). */
+static __always_inline bool minor5_was_in_margin(struct minor_view *v, __u64 trig)
+{
+	__u64 half = v->start + ((v->end - v->start) / 16) * 8;
+
+	return (trig >= v->start && minor5_in_margin(trig, v->start)) || (trig >= half && minor5_in_margin(trig, half));
+}
+
 static __always_inline void minor5_skip_passed(struct ch_domain *d, struct minor_view *v, __u64 top)
 {
 	if (d->minor_trig && d->minor_trig > top) {
 		/* passed while the program's own Gc.Memprof held the heap (never
-		 * armed then): not a lost write, counted apart */
+		 * armed then), or in caml_poll_gc_work's margin (never armed):
+		 * not a lost write, counted apart */
 		if (v->memprof_trig > v->start && v->memprof_trig <= v->end)
 			count(CH_CNT_MEMPROF_ACTIVE, 1);
+		else if (minor5_was_in_margin(v, d->minor_trig))
+			count(CH_CNT_POLL_MARGIN, 1);
 		else
 			count(CH_CNT_MISSED, 1);
 		d->minor_trig = minor_point_below(v, top, geom_draw());
@@ -153,7 +190,8 @@ static __always_inline struct ch_domain *minor5_at_reset(struct ch_proc *p, __u6
 
 /* young_limit := max(young_trigger, P), through the ptrace executor with
  * the process frozen. */
-static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_domain *d, struct minor_view *v)
+static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_domain *d, struct minor_view *v,
+					       const struct inflight_tid *restore)
 {
 	__u64 want = v->young_trigger;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -167,7 +205,7 @@ static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_doma
 		count(CH_CNT_MEMPROF_ACTIVE, 1);
 		return;
 	}
-	if (d->minor_trig > want && d->minor_trig <= v->yp)
+	if (d->minor_trig > want && d->minor_trig <= v->yp && !minor5_in_margin(d->minor_trig, v->young_trigger))
 		want = d->minor_trig;
 	if (want == v->limit)
 		return;
@@ -188,6 +226,10 @@ static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_doma
 	req.value = want;
 	req.pending_addr = 0;
 	req.freeze = 1;
+	if (restore && restore->ours) {
+		req.restore_addr = v->cs + CH_OCAML5_ACTION_PENDING;
+		req.restore_value = restore->action_pending;
+	}
 	if (bpf_map_update_elem(&write_req, &tid, &req, BPF_ANY))
 		return;
 	if (bpf_send_signal_thread(CH_SIGURG)) {
@@ -206,18 +248,36 @@ int BPF_KPROBE(on_dispatch5, __u64 dom, __u64 wosize, __u32 flags, __u32 nallocs
 	struct ch_proc *p = current_proc();
 	struct ch_inflight_key k = { .sp = PT_REGS_SP(ctx), .tid = (__u32)bpf_get_current_pid_tgid() };
 	struct ch_inflight in = { .wosize = wosize, .lens = lens, .flags = flags, .nallocs = nallocs };
+	struct inflight_tid it = { .whsize = wosize + 1 };
 
 	if (!p || !p->minor_on)
 		return 0;
 	count(CH_CNT_DISPATCH, 1);
 	if (wosize > 256 || nallocs > 256) /* Max_young_wosize */
 		return 0;
-	bpf_map_update_elem(&dispatch_inflight, &k, &in, BPF_ANY);
 	{
-		struct inflight_tid it = { .whsize = wosize + 1 };
+		/* young_ptr is the failed allocation's: the words above it plus
+		 * the block were allocated without a trap, so a P above them was
+		 * passed (lost, or in the poll margin).  Counted here, before a
+		 * minor collection in this dispatch begins a new cycle and
+		 * drops it unseen. */
+		struct ch_domain *d = dom ? ocaml5_domain_state(dom) : 0;
+		struct minor_view v;
 
-		bpf_map_update_elem(&inflight_by_tid, &k.tid, &it, BPF_ANY);
+		if (d && !minor5_read_view(p, dom, &v)) {
+			__u64 natural = v.young_trigger > v.memprof_trig ? v.young_trigger : v.memprof_trig;
+
+			/* the runtime's own limit is max(young_trigger, memprof
+			 * trigger) or UINTNAT_MAX (an interrupt): above the
+			 * first, the trap is camlheap's alone */
+			it.ours = v.limit != CH_UINTNAT_MAX && v.limit > natural &&
+				  !bpf_probe_read_user(&it.action_pending, 8, (void *)(dom + CH_OCAML5_ACTION_PENDING));
+			minor5_sync_epoch(p, d, &v);
+			minor5_skip_passed(d, &v, v.yp + (wosize + 1) * 8);
+		}
 	}
+	bpf_map_update_elem(&dispatch_inflight, &k, &in, BPF_ANY);
+	bpf_map_update_elem(&inflight_by_tid, &k.tid, &it, BPF_ANY);
 	return 0;
 }
 
@@ -227,6 +287,7 @@ int BPF_KRETPROBE(on_dispatch5_ret)
 	struct ch_proc *p = current_proc();
 	struct ch_inflight_key k = { .sp = PT_REGS_SP(ctx) - 8, .tid = (__u32)bpf_get_current_pid_tgid() };
 	struct ch_inflight *inp, in;
+	struct inflight_tid *itp, it = {};
 	struct minor_view v;
 	struct ch_domain *d;
 	__u64 top, dom;
@@ -238,6 +299,9 @@ int BPF_KRETPROBE(on_dispatch5_ret)
 		return 0;
 	in = *inp;
 	bpf_map_delete_elem(&dispatch_inflight, &k);
+	itp = bpf_map_lookup_elem(&inflight_by_tid, &k.tid);
+	if (itp)
+		it = *itp;
 	bpf_map_delete_elem(&inflight_by_tid, &k.tid);
 	dom = ocaml5_dom(p);
 	d = dom ? ocaml5_domain_state(dom) : 0;
@@ -255,7 +319,7 @@ int BPF_KRETPROBE(on_dispatch5_ret)
 			d->minor_trig = minor_point_below(&v, v.yp, geom_draw());
 		}
 	}
-	minor5_apply_limit(p, d, &v);
+	minor5_apply_limit(p, d, &v, &it);
 	return 0;
 }
 
@@ -320,7 +384,7 @@ static __always_inline void minor5_lend_trigger(struct ch_proc *p, __u64 dom, __
 		count(CH_CNT_MEMPROF_ACTIVE, 1);
 		return;
 	}
-	if (!(d->minor_trig > v.young_trigger && d->minor_trig <= v.yp))
+	if (!(d->minor_trig > v.young_trigger && d->minor_trig <= v.yp) || minor5_in_margin(d->minor_trig, v.young_trigger))
 		return;
 	loan.dom = dom;
 	loan.saved = v.young_trigger;
@@ -402,7 +466,7 @@ int BPF_KRETPROBE(on_reset_young_limit_ret)
 	bpf_map_delete_elem(&reset_dom, &tid);
 	d = minor5_at_reset(p, dom, tid, &v);
 	if (d)
-		minor5_apply_limit(p, d, &v);
+		minor5_apply_limit(p, d, &v, 0);
 	return 0;
 }
 

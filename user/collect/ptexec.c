@@ -254,6 +254,9 @@ static bool serve_write(struct ptexec *x, pid_t t)
 		x->st.pending++;
 	else if (pwrite(x->mem_fd, &req.value, sizeof(req.value), (off_t)req.addr) != sizeof(req.value))
 		x->st.write_errors++;
+	else if (req.restore_addr && pwrite(x->mem_fd, &req.restore_value, sizeof(req.restore_value),
+					    (off_t)req.restore_addr) != sizeof(req.restore_value))
+		x->st.write_errors++;
 	else
 		x->st.writes++;
 	x->st.service_s += now_s() - t0;

@@ -345,6 +345,12 @@ static void text_minor_lines(FILE *out, const struct report_meta *m)
 			!strcmp(m->executor, "observe") ? "blocks Gc.Memprof sampled" : "traps into caml_alloc_small_dispatch",
 			c[CH_CNT_EPOCHS], c[CH_CNT_MISSED],
 			c[CH_CNT_UNTRACKED]);
+		if (c[CH_CNT_POLL_MARGIN])
+			fprintf(out,
+				"            %" PRIu64 " sample points not taken: they lay within 257 words above "
+				"young_trigger, where a trap would bring the GC's work forward (OCaml 5 "
+				"caml_poll_gc_work); the minor estimates are low by as many samples\n",
+				c[CH_CNT_POLL_MARGIN]);
 		if (!strcmp(m->executor, "observe"))
 			fprintf(out, "executor    observe: nothing written\n");
 		else if (!strcmp(m->executor, "ptrace"))
