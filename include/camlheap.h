@@ -275,6 +275,22 @@ struct ch_proc {
 	 * 0 if not yet: where a window that waits for it starts
 	 * (bpf/alloc.bpf.c window_open).  Set by BPF only. */
 	__u64 minor_start_ns;
+	/* OCaml 5, the ptrace executor's interrupt protocol (struct
+	 * ch_write_req recheck): link-time vaddrs of domain.c's all_domains
+	 * (the array in 5.1 and 5.2, a pointer to it from 5.3: all_domains_ptr),
+	 * `atomic_uintnat caml_major_slice_epoch` and `caml_pending_signals`;
+	 * 0 if .symtab is stripped (then every write freezes the process), and
+	 * the CH_OCAML5x_ offsets of the release. */
+	__u64 all_domains_sym;
+	__u64 slice_epoch_sym;
+	__u64 pending_signals_sym;
+	__u16 dom_internal_size;
+	__u16 intr_pending_off;
+	__u16 dom_internal_state_off;
+	__u16 slice_epoch_off;
+	__u16 ext_intr_off;
+	__u8 all_domains_ptr;
+	__u8 pad7[5];
 };
 
 /* The window's gate, the `window_gate` global of alloc.bpf.c, set by user
@@ -366,9 +382,10 @@ struct ch_write_req {
 	__u64 expect;        /* young_limit as the probe saw it */
 	__u64 value;         /* what to store: max(young_trigger, memprof trigger, P) */
 	__u64 pending_addr;  /* &caml_something_to_do (runtime address); 0: no such check (OCaml 5) */
-	__u32 freeze;        /* OCaml 5: stop every other thread of the process around the check and the
-			      * write, so that no other domain's interrupt (UINTNAT_MAX) can be erased */
-	__u32 pad;
+	__u32 freeze;        /* OCaml 5 without the flags below (a binary without .symtab): stop every
+			      * other thread of the process around the check and the write, so that no
+			      * other thread's interrupt (UINTNAT_MAX) can be erased */
+	__u32 recheck;       /* OCaml 5: the interrupt protocol below, no other thread stopped */
 	/* OCaml 5, at the return of a dispatch that camlheap's own sample
 	 * point caused: once `value` is written, also put back the domain's
 	 * action_pending (8 bytes at restore_addr, 0: none) as it was before
@@ -379,6 +396,20 @@ struct ch_write_req {
 	 * trap the program would not have taken must leave it as it was. */
 	__u64 restore_addr;
 	__u64 restore_value;
+	/* OCaml 5, `recheck`: the flags another thread sets before it stores
+	 * UINTNAT_MAX into this domain's young_limit, as caml_reset_young_limit
+	 * re-checks them (5.4.1 runtime/domain.c:1817-1849, 5.1.0 :1524-1540),
+	 * plus the signals' (signals.c caml_record_signal).  An interrupt is
+	 * in flight when intr, ext or signals is nonzero or *epoch < *gepoch.
+	 * The executor writes nothing if one is in flight before the write,
+	 * and stores UINTNAT_MAX itself if one is after it: an interrupt
+	 * stored between its read and its write is put back
+	 * (user/collect/ptexec.c serve_recheck). */
+	__u64 intr_addr;     /* &all_domains[id].interruptor.interrupt_pending (caml_send_interrupt) */
+	__u64 ext_addr;      /* &dom->requested_external_interrupt (the systhreads tick) */
+	__u64 signals_addr;  /* &caml_pending_signals[0] (NSIG_WORDS is 1 on Linux amd64) */
+	__u64 epoch_addr;    /* &dom->major_slice_epoch */
+	__u64 gepoch_addr;   /* &caml_major_slice_epoch */
 };
 
 /* Map `dispatch_inflight`, key = {tid, stack pointer at entry}: the
@@ -522,6 +553,35 @@ struct ch_sample_event {
 #define CH_OCAML54_ID 320
 #define CH_OCAML54_MEMPROF 496
 #define CH_OCAML54_MEMPROF_YOUNG_TRIGGER 504
+/* The flags behind an interrupt of a domain that caml_reset_young_limit
+ * re-checks after publishing young_limit (5.1.0 runtime/domain.c:1524-1540,
+ * 5.4.1 :1817-1849), read by the ptrace executor around its write
+ * (user/collect/ptexec.c): caml_domain_state's major_slice_epoch and
+ * requested_external_interrupt (the systhreads tick), per release. */
+#define CH_OCAML51_SLICE_EPOCH 144
+#define CH_OCAML52_SLICE_EPOCH 144
+#define CH_OCAML53_SLICE_EPOCH 152
+#define CH_OCAML54_SLICE_EPOCH 184
+#define CH_OCAML51_EXT_INTERRUPT 248
+#define CH_OCAML52_EXT_INTERRUPT 248
+#define CH_OCAML53_EXT_INTERRUPT 256
+#define CH_OCAML54_EXT_INTERRUPT 288
+/* runtime/domain.c's private struct dom_internal (checked against the
+ * runtime's DWARF): its size (the stride of all_domains, an array of
+ * Max_domains in 5.1 and 5.2, a pointer to caml_params->max_domains entries
+ * from 5.3) and the offset of interruptor.interrupt_pending, the flag
+ * caml_send_interrupt sets before it stores UINTNAT_MAX (stop-the-world
+ * requests). */
+#define CH_OCAML51_DOM_INTERNAL_SIZE 280
+#define CH_OCAML51_INTERRUPT_PENDING 136
+#define CH_OCAML52_DOM_INTERNAL_SIZE 280
+#define CH_OCAML52_INTERRUPT_PENDING 136
+#define CH_OCAML53_DOM_INTERNAL_SIZE 264
+#define CH_OCAML53_INTERRUPT_PENDING 128
+#define CH_OCAML54_DOM_INTERNAL_SIZE 272
+#define CH_OCAML54_INTERRUPT_PENDING 136
+#define CH_OCAML51_DOM_INTERNAL_STATE 8
+#define CH_OCAML52_DOM_INTERNAL_STATE 8
 /* struct stack_info {sp@0, exception_ptr@8, handler@16, ...} and
  * struct stack_handler {handle_value, handle_exn, handle_effect, parent@24}
  * (5.1/5.3 runtime/caml/fiber.h); a 0xFFFF frame is followed by the

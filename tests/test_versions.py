@@ -17,6 +17,7 @@ Gc.Memprof to compare with.  The OCaml 5-only fixtures
 offsets camlheap uses are checked against that release's own headers.
 """
 import os
+import shutil
 import subprocess
 
 import chtest
@@ -217,6 +218,7 @@ int main(void)
 {
 #if OCAML_VERSION_MAJOR >= 5
     P(young_ptr) P(young_start) P(young_end) P(young_trigger) P(current_stack) P(action_pending) P(id)
+    P(major_slice_epoch) P(requested_external_interrupt)
 #if OCAML_VERSION_MINOR >= 3
     P(memprof) P(memprof_young_trigger)
 #elif OCAML_VERSION_MINOR == 2
@@ -262,6 +264,9 @@ def _check_offsets(libdir, major_minor):
                        (5, 4): ch["CH_OCAML54_ID"]}.get(major_minor, ch["CH_OCAML53_ID"]),
                 "stack_sp": ch["CH_OCAML5_STACK_SP"], "stack_handler": ch["CH_OCAML5_STACK_HANDLER"],
                 "handler_parent": ch["CH_OCAML5_HANDLER_PARENT"]}
+        v = "%d%d" % major_minor
+        want["major_slice_epoch"] = ch["CH_OCAML%s_SLICE_EPOCH" % v]
+        want["requested_external_interrupt"] = ch["CH_OCAML%s_EXT_INTERRUPT" % v]
         if major_minor in ((5, 3), (5, 4)):
             v = "%d%d" % major_minor
             want["memprof"] = ch["CH_OCAML%s_MEMPROF" % v]
@@ -490,6 +495,62 @@ def _drop_all(name):
             assert sum(x["live"]["samples"] for x, _, _ in work) == 0, (what, [x["live"] for x, _, _ in work])
     finally:
         chtest.FIXTURES = saved
+
+
+def _handoff(name):
+    """Stop-the-world requests that must reach a domain the moment it stops
+    allocating (tests/fixtures/ocaml5/handoff.ml): the worker's young_limit
+    is written all the time (rate 1e-2) with no other thread stopped, while
+    the main domain requests minor collections without pause; an interrupt
+    erased by a write would leave the worker spinning at its sample point
+    and both domains waiting for each other (the run would not end).  Every
+    write is made with the flags read around it, none refused for good
+    reason lost: the program ends, its output as without camlheap."""
+    saved = _with_fixtures(name)
+    try:
+        d = chtest.tmpdir()
+        out = os.path.join(d, "r.json")
+        try:
+            rc, so, se = chtest.run_record(["--rate", "1e-2", "--executor", "ptrace", "--format", "json", "-o", out],
+                                           [chtest.fixture("handoff"), "n=100"], timeout=240)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("handoff did not end within 240 s (an interrupt lost?)")
+    finally:
+        chtest.FIXTURES = saved
+    assert rc == 0 and so == "ROUNDS 100\n", (rc, so, se)
+    import json
+    j = json.load(open(out))
+    ex = j["run"]["ptrace"]
+    assert ex["rechecks"] > 100 and ex["freezes"] == 0 and ex["errors"] == 0, ex
+
+
+def test_v5_1_0__stop_the_world_reaches_a_domain_written_without_a_freeze():
+    _handoff("5.1.0")
+
+
+def test_v5_3_0__stop_the_world_reaches_a_domain_written_without_a_freeze():
+    _handoff("5.3.0")
+
+
+def test_v5_3_0__stripped_binary_writes_with_the_process_frozen():
+    """Without .symtab camlheap cannot find all_domains, so the interrupt
+    flags are unknown: each minor-heap write is made with every other
+    thread of the process stopped instead (the report says which), and
+    the program's output is as without camlheap."""
+    fixtures = _fixtures_for("5.3.0")
+    exe = os.path.join(chtest.tmpdir(), "alloc_minor")
+    shutil.copy(os.path.join(fixtures, "alloc_minor"), exe)
+    subprocess.run(["strip", exe], check=True)
+    plain = subprocess.run([exe, "ratio", "threads", "n=500000"], stdout=subprocess.PIPE, timeout=120)
+    out = os.path.join(chtest.tmpdir(), "r.json")
+    rc, so, se = chtest.run_record(["--rate", "1e-4", "--executor", "ptrace", "--format", "json", "-o", out],
+                                   [exe, "ratio", "threads", "n=500000"])
+    assert rc == 0 and so == plain.stdout.decode(), (rc, so, se)
+    import json
+    j = json.load(open(out))
+    ex = j["run"]["ptrace"]
+    assert ex["freezes"] > 100 and ex["rechecks"] == 0 and ex["freeze_timeouts"] == 0, ex
+    assert j["run"]["minor"]["missed"] == 0, j["run"]["minor"]
 
 
 def test_v5_1_0__domains_that_drop_everything_leave_nothing_live():
@@ -750,34 +811,54 @@ def test_v5_4_1__minor_agrees_with_in_process_memprof_in_another_run():
     _v5_3__minor_agrees_with_in_process_memprof_in_another_run("5.4.1")
 
 
-def _v5_3__private_runtime_layouts_match_its_debug_info(name):
-    """The 5.3 runtime structures camlheap reads that no header declares
-    (to find a running Gc.Memprof's rate): their offsets in the runtime's
-    own DWARF, as gdb prints them, equal camlheap's constants."""
+def _v5__private_runtime_layouts_match_its_debug_info(name):
+    """The 5.x runtime structures camlheap reads that no header declares:
+    runtime/domain.c's struct dom_internal (its size, the stride of
+    all_domains; its state and interruptor.interrupt_pending, read by the
+    ptrace executor around each write) and, from 5.3, where a running
+    Gc.Memprof's rate is: their offsets in the runtime's own DWARF, as gdb
+    prints them, equal camlheap's constants."""
     import re
     fixtures = _fixtures_for(name)
     ch = _camlheap_constants()
-    p = subprocess.run(["gdb", "-batch", "-ex", "ptype /o struct dom_internal", "-ex", "ptype /o struct memprof_domain_s",
-                        "-ex", "ptype /o struct entries_s", os.path.join(fixtures, "alloc_minor")],
+    v = name.replace(".", "")[:2]  # 51 .. 54
+    structs = ["dom_internal"] + (["memprof_domain_s", "entries_s"] if v >= "53" else [])
+    p = subprocess.run(["gdb", "-batch"] + [a for st in structs for a in ("-ex", "ptype /o struct " + st)]
+                       + [os.path.join(fixtures, "alloc_minor")],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
     out = p.stdout.decode()
 
+    def body(struct):
+        b = out[out.index("type = struct %s {" % struct):]
+        nxt = b.find("type = struct ", 1)
+        return b if nxt < 0 else b[:nxt]
+
     def offset(struct, field):
-        body = out[out.index("type = struct %s {" % struct):]
-        m = re.search(r"/\*\s+(\d+)\s+\|\s+\d+ \*/\s+[^;]*?\b%s;" % field, body)
-        assert m, (struct, field, body[:1500])
+        m = re.search(r"/\*\s+(\d+)\s+\|\s+\d+ \*/\s+[^;]*?\b%s;" % field, body(struct))
+        assert m, (struct, field, body(struct)[:1500])
         return int(m.group(1))
-    v = name.replace(".", "")[:2]  # 53, 54
+    sizes = re.findall(r"total size \(bytes\):\s+(\d+)", body("dom_internal"))
     assert offset("dom_internal", "state") == ch["CH_OCAML%s_DOM_INTERNAL_STATE" % v], out
-    assert offset("memprof_domain_s", "entries") + offset("entries_s", "config") == ch["CH_OCAML53_MEMPROF_CONFIG"], out
+    assert offset("dom_internal", "interrupt_pending") == ch["CH_OCAML%s_INTERRUPT_PENDING" % v], out
+    assert int(sizes[-1]) == ch["CH_OCAML%s_DOM_INTERNAL_SIZE" % v], out
+    if v >= "53":
+        assert offset("memprof_domain_s", "entries") + offset("entries_s", "config") == ch["CH_OCAML53_MEMPROF_CONFIG"], out
+
+
+def test_v5_1_0__private_runtime_layouts_match_its_debug_info():
+    _v5__private_runtime_layouts_match_its_debug_info("5.1.0")
+
+
+def test_v5_2_0__private_runtime_layouts_match_its_debug_info():
+    _v5__private_runtime_layouts_match_its_debug_info("5.2.0")
 
 
 def test_v5_3_0__private_runtime_layouts_match_its_debug_info():
-    _v5_3__private_runtime_layouts_match_its_debug_info("5.3.0")
+    _v5__private_runtime_layouts_match_its_debug_info("5.3.0")
 
 
 def test_v5_4_1__private_runtime_layouts_match_its_debug_info():
-    _v5_3__private_runtime_layouts_match_its_debug_info("5.4.1")
+    _v5__private_runtime_layouts_match_its_debug_info("5.4.1")
 
 
 def _v5_3__observe_takes_the_programs_own_memprof_samples(name):

@@ -1,7 +1,7 @@
-/* ocaml5/minor.bpf.h -- sample the OCaml 5.1/5.3 minor heaps from outside the
- * process: channel A (README *OCaml 5*) per domain, with the ptrace
- * executor holding every other thread of the process stopped around each
- * young_limit write.  Included at the end of alloc.bpf.c (it shares the
+/* ocaml5/minor.bpf.h -- sample the OCaml 5.1-5.4 minor heaps from outside
+ * the process: channel A (README *OCaml 5*) per domain, the ptrace
+ * executor's young_limit write checked against the domain's interrupt
+ * flags.  Included at the end of alloc.bpf.c (it shares the
  * event path, the geometric pool and minor.bpf.h's Comballoc walk).
  *
  * Each domain has its own minor heap and its own sample point P (map
@@ -12,17 +12,24 @@
  * samples it if it covers P, as memprof's own check at the end of dispatch
  * does.
  *
- * Why the freeze: on OCaml 5 any thread may store UINTNAT_MAX into a
- * domain's young_limit at any moment (an interrupt: stop-the-world, signal;
- * 5.3 runtime/caml/domain_state.tbl:17-25), and a read-then-write from
- * outside could erase it and stall every domain.  With all other threads
- * stopped, nothing can store between the executor's check and its write;
- * an interrupt stored after it wins as usual.  The write is skipped if
- * young_limit changed since the probe or is UINTNAT_MAX (action_pending
- * is no reason: 5.x sets it at every caml_reset_young_limit, and raising
- * young_limit towards young_ptr can only make a trap come earlier).  If
- * camlheap dies, a raised young_limit costs one spurious trap (the
- * domain's next caml_reset_young_limit lowers it).
+ * The write (ptrace executor): on OCaml 5 any thread may store
+ * UINTNAT_MAX into a domain's young_limit at any moment (an interrupt:
+ * stop-the-world, signal, the systhreads tick; 5.3
+ * runtime/caml/domain_state.tbl:17-25), and a read-then-write from outside
+ * could erase it and stall every domain.  Every such store follows the
+ * setting of a flag (interrupt_pending, requested_external_interrupt,
+ * caml_major_slice_epoch, caml_pending_signals), so the executor reads
+ * the flags before and after its write, with only the allocating thread
+ * stopped, and puts UINTNAT_MAX back if one went up meanwhile
+ * (user/collect/ptexec5.c; minor5_interrupt_flags finds them).  A binary
+ * without .symtab (no all_domains) falls back on stopping every other
+ * thread of the process around the check and the write.  The write is
+ * skipped if young_limit changed since the probe or is UINTNAT_MAX
+ * (action_pending is no reason: 5.x sets it at every
+ * caml_reset_young_limit, and raising young_limit towards young_ptr can
+ * only make a trap come earlier).  If camlheap dies, a raised young_limit
+ * costs one spurious trap (the domain's next caml_reset_young_limit lowers
+ * it).
  *
  * What the trap itself changes: its dispatch clears action_pending
  * (caml_do_pending_actions_res), which gates the pending actions of channel
@@ -188,8 +195,35 @@ static __always_inline struct ch_domain *minor5_at_reset(struct ch_proc *p, __u6
 	return d;
 }
 
-/* young_limit := max(young_trigger, P), through the ptrace executor with
- * the process frozen. */
+/* The addresses of the flags another thread sets before it interrupts
+ * domain `dom` (struct ch_write_req recheck), if this binary names them
+ * (.symtab) and all_domains[id] is that domain's entry.  Returns false
+ * otherwise: the write then freezes the process. */
+static __always_inline bool minor5_interrupt_flags(struct ch_proc *p, __u64 dom, struct ch_write_req *req)
+{
+	__u64 base = p->all_domains_sym + p->load_bias, entry, state = 0;
+	__u32 id = 0;
+
+	if (!p->all_domains_sym || !p->slice_epoch_sym || !p->pending_signals_sym || !p->dom_internal_size)
+		return false;
+	if (p->all_domains_ptr && (bpf_probe_read_user(&base, 8, (void *)base) || !base))
+		return false;
+	if (bpf_probe_read_user(&id, 4, (void *)(dom + p->dom_id_off)) || id >= 4096)
+		return false;
+	entry = base + (__u64)id * p->dom_internal_size;
+	if (bpf_probe_read_user(&state, 8, (void *)(entry + p->dom_internal_state_off)) || state != dom)
+		return false;
+	req->intr_addr = entry + p->intr_pending_off;
+	req->ext_addr = dom + p->ext_intr_off;
+	req->signals_addr = p->pending_signals_sym + p->load_bias;
+	req->epoch_addr = dom + p->slice_epoch_off;
+	req->gepoch_addr = p->slice_epoch_sym + p->load_bias;
+	return true;
+}
+
+/* young_limit := max(young_trigger, P), through the ptrace executor:
+ * with the interrupt protocol (minor5_interrupt_flags), or with the
+ * process frozen. */
 static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_domain *d, struct minor_view *v,
 					       const struct inflight_tid *restore)
 {
@@ -225,7 +259,10 @@ static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_doma
 	req.expect = v->limit;
 	req.value = want;
 	req.pending_addr = 0;
-	req.freeze = 1;
+	if (minor5_interrupt_flags(p, v->cs, &req))
+		req.recheck = 1;
+	else
+		req.freeze = 1;
 	if (restore && restore->ours) {
 		req.restore_addr = v->cs + CH_OCAML5_ACTION_PENDING;
 		req.restore_value = restore->action_pending;

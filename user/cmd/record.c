@@ -254,7 +254,9 @@ static int run_plan(struct run *r)
 			return ret;
 	}
 	if (t->rt.major == 5 && t->rt.minor_ok && r->ex == CH_EXEC_PTRACE)
-		r->meta.minor_source = "young_limit traps, every other thread stopped around each write";
+		r->meta.minor_source = t->rt.all_domains_sym && t->rt.slice_epoch_sym && t->rt.pending_signals_sym
+			? "young_limit traps, the domain's interrupt flags read around each write" /* ptexec5.c */
+			: "young_limit traps, every other thread stopped around each write (no .symtab)";
 	if (t->rt.major == 5 && t->rt.minor_ok && r->ex == CH_EXEC_KERNEL)
 		r->meta.minor_source = "young_limit traps, published by caml_reset_young_limit from a lent young_trigger";
 	if (o->keep_cpus_awake && r->ex != CH_EXEC_PTRACE)
@@ -534,6 +536,9 @@ static void run_detach(struct run *r)
 		m->exec_service_s = ps.service_s;
 		m->exec_freezes = ps.freezes;
 		m->exec_freeze_timeouts = ps.freeze_timeouts;
+		m->exec_rechecks = ps.rechecks;
+		m->exec_in_flight = ps.in_flight;
+		m->exec_reinterrupts = ps.reinterrupts;
 		if (ptexec_exited(r->px, &r->status))
 			r->reaped = t->launched;
 	}

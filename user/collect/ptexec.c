@@ -2,6 +2,7 @@
  * was written: 0 wrong writes in millions of stops. */
 #define _GNU_SOURCE
 #include "collect/ptexec.h"
+#include "collect/ptexec5.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -231,6 +232,30 @@ static bool freeze_others(struct ptexec *x, pid_t t)
 	return true;
 }
 
+/* OCaml 5 with the interrupt flags known: ptexec5_write, no other thread
+ * stopped. */
+static void serve_recheck(struct ptexec *x, const struct ch_write_req *req)
+{
+	switch (ptexec5_write(x->pid, x->mem_fd, req)) {
+	case PTEXEC5_REINTERRUPT:
+		x->st.reinterrupts++;
+		/* fall through */
+	case PTEXEC5_WRITTEN:
+		x->st.writes++;
+		x->st.rechecks++;
+		break;
+	case PTEXEC5_STALE:
+		x->st.stale++;
+		break;
+	case PTEXEC5_IN_FLIGHT:
+		x->st.in_flight++;
+		break;
+	case PTEXEC5_ERROR:
+		x->st.write_errors++;
+		break;
+	}
+}
+
 static bool serve_write(struct ptexec *x, pid_t t)
 {
 	struct ch_write_req req;
@@ -242,7 +267,9 @@ static bool serve_write(struct ptexec *x, pid_t t)
 	if (bpf_map_lookup_and_delete_elem(x->req_fd, &key, &req) < 0)
 		return false;
 	x->st.stops++;
-	if (req.freeze && !freeze_others(x, t))
+	if (req.recheck)
+		serve_recheck(x, &req);
+	else if (req.freeze && !freeze_others(x, t))
 		x->st.freeze_timeouts++;
 	else if (pread(x->mem_fd, &limit, sizeof(limit), (off_t)req.addr) != sizeof(limit) ||
 	    (req.pending_addr &&

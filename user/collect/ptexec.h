@@ -36,6 +36,9 @@ struct ptexec_stats {
 	uint64_t threads;        /* threads traced, in all */
 	uint64_t freezes;        /* OCaml 5: writes done with every other thread stopped */
 	uint64_t freeze_timeouts;/* OCaml 5: not written, a thread did not stop within 200 ms */
+	uint64_t rechecks;       /* OCaml 5: writes made with the interrupt flags read around them, no freeze */
+	uint64_t in_flight;      /* OCaml 5: not written, an interrupt's flag was up */
+	uint64_t reinterrupts;   /* OCaml 5: UINTNAT_MAX stored after a write, a flag went up meanwhile */
 	double service_s;        /* time spent between a stop's report and its resumption */
 };
 

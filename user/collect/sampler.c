@@ -300,6 +300,15 @@ static int sampler_register(struct sampler *s, pid_t pid, uint64_t load_bias, co
 		.heap_state_sym = rt->heap_state_sym,
 		.major_cap = s->max_tracked,
 		.ba_ops_sym = rt->ba_ops_sym,
+		.all_domains_sym = rt->all_domains_sym,
+		.slice_epoch_sym = rt->slice_epoch_sym,
+		.pending_signals_sym = rt->pending_signals_sym,
+		.dom_internal_size = rt->dom_internal_size,
+		.intr_pending_off = rt->intr_pending_off,
+		.dom_internal_state_off = (__u16)rt->dom_internal_state_off,
+		.slice_epoch_off = rt->slice_epoch_off,
+		.ext_intr_off = rt->ext_intr_off,
+		.all_domains_ptr = rt->all_domains_ptr,
 	};
 	proc->window_minor = proc->minor_on;
 	s->window_minor = proc->minor_on;

@@ -46,6 +46,9 @@ struct report_meta {
 	uint64_t exec_stops, exec_writes, exec_stale, exec_pending, exec_errors, exec_passed_signals;
 	uint64_t exec_freezes;         /* OCaml 5: writes checked and done with every other thread stopped */
 	uint64_t exec_freeze_timeouts; /* OCaml 5: writes given up, a thread did not stop in time */
+	uint64_t exec_rechecks;        /* OCaml 5: writes made with the interrupt flags read around them */
+	uint64_t exec_in_flight;       /* OCaml 5: writes not made, an interrupt's flag was up */
+	uint64_t exec_reinterrupts;    /* OCaml 5: interrupts put back (UINTNAT_MAX) after a write */
 	double exec_service_s;         /* time the stopped threads waited for the executor, seconds */
 	const char *end_reason;        /* "target exited with status 0", "duration elapsed", ... */
 	double duration_s;             /* recording time, seconds */

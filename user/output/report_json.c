@@ -30,6 +30,33 @@ static void json_interval(JsonBuilder *jb, const struct profile *p, uint64_t sam
 	json_builder_end_object(jb);
 }
 
+/* "run"'s "ptrace": the executor's young_limit writes (docs/json.md). */
+static void json_ptrace(JsonBuilder *jb, const struct report_meta *m)
+{
+	static const struct {
+		const char *name;
+		size_t off; /* of a uint64_t in struct report_meta */
+	} fields[] = {
+		{ "stops", offsetof(struct report_meta, exec_stops) },
+		{ "writes", offsetof(struct report_meta, exec_writes) },
+		{ "stale", offsetof(struct report_meta, exec_stale) },
+		{ "pending", offsetof(struct report_meta, exec_pending) },
+		{ "errors", offsetof(struct report_meta, exec_errors) },
+		{ "rechecks", offsetof(struct report_meta, exec_rechecks) },
+		{ "reinterrupts", offsetof(struct report_meta, exec_reinterrupts) },
+		{ "in_flight", offsetof(struct report_meta, exec_in_flight) },
+		{ "freezes", offsetof(struct report_meta, exec_freezes) },
+		{ "freeze_timeouts", offsetof(struct report_meta, exec_freeze_timeouts) },
+	};
+
+	json_builder_set_member_name(jb, "ptrace");
+	json_builder_begin_object(jb);
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+		json_member_int(jb, fields[i].name, (int64_t) * (const uint64_t *)((const char *)m + fields[i].off));
+	json_member_double(jb, "service_s", m->exec_service_s);
+	json_builder_end_object(jb);
+}
+
 /* "run": who, what and how the recording was made. */
 static void json_run(JsonBuilder *jb, const struct profile *p, const struct report_meta *m)
 {
@@ -59,6 +86,8 @@ static void json_run(JsonBuilder *jb, const struct profile *p, const struct repo
 		json_member_int(jb, "not_armed_sigurg_handled", (int64_t)c[CH_CNT_SIGURG_HANDLED]);
 		json_builder_end_object(jb);
 	}
+	if (!strcmp(m->executor, "ptrace"))
+		json_ptrace(jb, m);
 	json_member_int(jb, "start_unix_ns", m->start_unix_ns);
 	json_member_double(jb, "duration_s", m->duration_s);
 	json_member_double(jb, "attach_s", m->attach_s);

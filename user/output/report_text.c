@@ -362,6 +362,12 @@ static void text_minor_lines(FILE *out, const struct report_meta *m)
 				m->exec_writes, m->exec_stale, m->exec_pending, m->exec_errors, m->exec_passed_signals);
 		else
 			fprintf(out, "executor    kernel: %" PRIu64 " writes\n", c[CH_CNT_WRITES_KERNEL]);
+		if (!strcmp(m->executor, "ptrace") && (m->exec_rechecks || m->exec_in_flight))
+			fprintf(out,
+				"            OCaml 5: %" PRIu64 " writes made with the domain's interrupt flags read "
+				"before and after (no other thread stopped), %" PRIu64 " of them followed by "
+				"an interrupt put back; %" PRIu64 " not made, an interrupt was on its way\n",
+				m->exec_rechecks, m->exec_reinterrupts, m->exec_in_flight);
 		if (!strcmp(m->executor, "ptrace") && (m->exec_freezes || m->exec_freeze_timeouts))
 			fprintf(out,
 				"            OCaml 5: %" PRIu64 " checks and writes made with every other thread of the "

@@ -415,12 +415,29 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 		if (cp && cp->type == STT_OBJECT && cp->size == 8)
 			rt->params_sym = cp->vaddr;
 	}
-	if (rel->sample_block) {
-		/* reading a running Gc.Memprof's rate: 5.3's private layouts */
+	if (rel->major == 5) {
+		/* domain.c's private all_domains: a running Gc.Memprof's rate
+		 * (5.3+), and with the two globals the flags of an interrupt
+		 * (ptexec.c); each taken only at the size its release gives it */
 		const struct elf_symbol *ad = elf_image_symbol(img, "all_domains");
+		const struct elf_symbol *ep = elf_image_symbol(img, "caml_major_slice_epoch");
+		const struct elf_symbol *ps = elf_image_symbol(img, "caml_pending_signals");
 
-		if (ad && ad->type == STT_OBJECT && ad->size == 8)
+		rt->all_domains_ptr = rel->all_domains_ptr;
+		if (ad && ad->type == STT_OBJECT &&
+		    (rel->all_domains_ptr ? ad->size == 8
+					  : ad->size >= rel->dom_internal_size && ad->size % rel->dom_internal_size == 0))
 			rt->all_domains_sym = ad->vaddr;
+		if (ep && ep->type == STT_OBJECT && ep->size == 8)
+			rt->slice_epoch_sym = ep->vaddr;
+		if (ps && ps->type == STT_OBJECT && ps->size == 8)
+			rt->pending_signals_sym = ps->vaddr;
+		rt->slice_epoch_off = rel->slice_epoch_off;
+		rt->ext_intr_off = rel->ext_intr_off;
+		rt->dom_internal_size = rel->dom_internal_size;
+		rt->intr_pending_off = rel->intr_pending_off;
+	}
+	if (rel->sample_block) {
 		if (plan_probe(img, probe_symbols[OCAML_PROBE_SAMPLE_YOUNG5], &rt->probes[OCAML_PROBE_SAMPLE_YOUNG5]) == 0)
 			rt->probes[OCAML_PROBE_SAMPLE_YOUNG5].present = true;
 	}

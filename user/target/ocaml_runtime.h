@@ -94,8 +94,16 @@ struct ocaml_runtime {
 	uint32_t dom_internal_state_off; /* offsetof(struct dom_internal, state), domain.c's private layout (5.3+) */
 	uint64_t heap_state_sym;   /* 5.x: `struct global_heap_state caml_global_heap_state` */
 	uint64_t ba_ops_sym;       /* link-time vaddr of `caml_ba_ops` if the bigarray probes are planned, else 0 */
-	uint64_t all_domains_sym;  /* 5.3: link-time vaddr of domain.c's `static dom_internal *all_domains`,
-				    * 0 if unknown (.symtab stripped): to read a running Gc.Memprof's rate */
+	uint64_t all_domains_sym;  /* 5.x: link-time vaddr of domain.c's `static dom_internal *all_domains`
+				    * (5.3+; all_domains_ptr) or of the array itself (5.1, 5.2), 0 if unknown
+				    * (.symtab stripped): a running Gc.Memprof's rate (5.3+), the interrupt
+				    * flags of the ptrace executor */
+	bool all_domains_ptr;
+	/* 5.x: link-time vaddrs of `caml_major_slice_epoch` and
+	 * `caml_pending_signals` (0: unknown), and the release's offsets
+	 * (struct ocaml_release) for the ptrace executor's interrupt check */
+	uint64_t slice_epoch_sym, pending_signals_sym;
+	uint16_t slice_epoch_off, ext_intr_off, dom_internal_size, intr_pending_off;
 	bool gc_stats_ptr;         /* 5.x: sampled_gc_stats is a pointer (5.3), else the array itself (5.1, 5.2) */
 	uint64_t gc_stats_sym;     /* 5.x: gc_stats.c's `sampled_gc_stats` (5.1: the array; 5.3: a pointer to it),
 				    * 0 if unknown (.symtab stripped): the major heap's size */

@@ -23,7 +23,14 @@ struct ocaml_release {
 	 * 0: none (runtime/caml/domain_state.tbl) */
 	uint32_t dom_id_off, memprof_trig_off;
 	uint32_t memprof_off;  /* offsetof(caml_domain_state, memprof), where a running Gc.Memprof is read (5.3+) */
-	uint32_t dom_internal_state_off; /* offsetof(struct dom_internal, state) (runtime/domain.c; 5.3+) */
+	uint32_t dom_internal_state_off; /* offsetof(struct dom_internal, state) (runtime/domain.c) */
+	/* 5.x, the interrupt flags the ptrace executor reads around a write
+	 * (struct ch_write_req recheck): offsetof(caml_domain_state,
+	 * major_slice_epoch) and (requested_external_interrupt); struct
+	 * dom_internal's size and offsetof(interruptor.interrupt_pending);
+	 * all_domains is a pointer (5.3+), else the array itself */
+	uint16_t slice_epoch_off, ext_intr_off, dom_internal_size, intr_pending_off;
+	bool all_domains_ptr;
 	bool sample_block;     /* caml_memprof_sample_block (5.3), else caml_alloc_shr & co. (5.1, 5.2) */
 	bool compaction;       /* caml_compact_heap (from 5.2) */
 	bool gc_stats_ptr;     /* sampled_gc_stats is a pointer to caml_params->max_domains entries (5.3),

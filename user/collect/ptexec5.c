@@ -1,0 +1,119 @@
+/* ptexec5.c -- see ptexec5.h.
+ *
+ * Who stores into a domain's young_limit on OCaml 5 (5.1-5.4): its own
+ * thread (caml_reset_young_limit, the only store of a value other than
+ * UINTNAT_MAX: runtime/domain.c, "the only way ... through which
+ * [young_limit] can be modified"), and any thread interrupting it, which
+ * stores UINTNAT_MAX after setting the flag the interrupt is about:
+ *   - interruptor.interrupt_pending of all_domains[id] (caml_send_interrupt:
+ *     stop-the-world requests), cleared by the domain's own thread only;
+ *   - dom->requested_external_interrupt (the systhreads tick,
+ *     caml_thread_tick), cleared by the domain's own thread only;
+ *   - caml_major_slice_epoch above dom->major_slice_epoch
+ *     (caml_request_major_slice of another domain), the domain's copy
+ *     updated by its own thread only;
+ *   - a bit of caml_pending_signals (caml_record_signal, in whatever
+ *     thread the kernel delivered the signal to, then
+ *     caml_interrupt_all_signal_safe), cleared by whichever domain handles
+ *     the signal, and left up while the signal is blocked.
+ *
+ * The domain's own thread is stopped, so the first three flags cannot go
+ * down during the write.  The protocol:
+ *   (1) read young_limit and the flags: not written if young_limit is not
+ *       what the probe saw (UINTNAT_MAX included: the probe skips that),
+ *       or if a stop-the-world request or a major slice is flagged with
+ *       young_limit below UINTNAT_MAX (caml_reset_young_limit re-checks
+ *       both and stores UINTNAT_MAX itself, so flagged at its return means
+ *       the store is still to come: writing could erase it);
+ *   (2) write P (and action_pending back, struct ch_write_req restore_*);
+ *   (3) read the flags again: UINTNAT_MAX is stored if one of those two is
+ *       up, or the tick's flag or a signal bit is up now that was not at
+ *       (1).
+ * An interrupt flagged between (1) and (3) is seen at (3) and its
+ * UINTNAT_MAX put back, whether its own store came before (2) (erased,
+ * then restored) or after (it won by itself, and the second store changes
+ * nothing); one flagged after (3) stores after (2) and wins.  (3) reads
+ * only after (2) is visible: process_vm_readv takes the target's mmap_lock
+ * with a locked instruction, a full barrier on x86-64.
+ *
+ * The tick's flag and the signals are judged by change, not by level: the
+ * runtime handles both after the reset, in the same call
+ * (caml_do_pending_actions_res: caml_handle_gc_interrupt, whose
+ * caml_poll_gc_work resets young_limit, then the signals, the callbacks,
+ * and the external interrupt last; 5.3 runtime/signals.c:333-365), so at
+ * that reset's return their flags are still up, already consumed, and a
+ * blocked signal keeps its bit up for as long as it is blocked.  A level
+ * rule refused 1874 of 1889 writes of the alloc_minor fixture's `sig` part
+ * (670 sample points lost), and writes at the tick's reset with systhreads
+ * (a point passed while another thread ran).  The one case the change rule
+ * does not see: a flag already up at (1) whose UINTNAT_MAX, stored by
+ * another thread (the tick thread, or the thread the kernel delivered a
+ * signal to), lands between (1) and (2).  The domain then does not stop at
+ * once: it runs the handler or yields at its next poll of action_pending
+ * (set at every reset) or its next trap, at P at the latest, and for a
+ * signal any other domain interrupted by the same recording may run it
+ * first (signals are the process's, not a domain's).  A delay of a signal
+ * handler or of a thread switch by less than one sample interval, never a
+ * loss, and only within the microseconds of one write.
+ */
+#define _GNU_SOURCE
+#include "collect/ptexec5.h"
+
+#include <stdbool.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static int read_words(pid_t pid, const struct ch_write_req *r, struct ptexec5_words *w)
+{
+	struct iovec local = { .iov_base = w, .iov_len = sizeof(*w) };
+	struct iovec remote[6] = {
+		{ (void *)(uintptr_t)r->addr, 8 },	   { (void *)(uintptr_t)r->intr_addr, 8 },
+		{ (void *)(uintptr_t)r->ext_addr, 8 },	   { (void *)(uintptr_t)r->signals_addr, 8 },
+		{ (void *)(uintptr_t)r->epoch_addr, 8 },   { (void *)(uintptr_t)r->gepoch_addr, 8 },
+	};
+
+	return process_vm_readv(pid, &local, 1, remote, 6, 0) == (ssize_t)sizeof(*w) ? 0 : -1;
+}
+
+/* A stop-the-world request or a major slice flagged: what
+ * caml_reset_young_limit itself answers with UINTNAT_MAX. */
+static bool stw_or_slice(const struct ptexec5_words *w)
+{
+	return w->intr || w->epoch < w->gepoch;
+}
+
+enum ptexec5_outcome ptexec5_judge(uint64_t expect, const struct ptexec5_words *before,
+				   const struct ptexec5_words *after)
+{
+	if (!after) {
+		if (before->limit != expect)
+			return PTEXEC5_STALE;
+		return stw_or_slice(before) ? PTEXEC5_IN_FLIGHT : PTEXEC5_WRITTEN;
+	}
+	return stw_or_slice(after) || (after->ext && !before->ext) || (after->signals & ~before->signals)
+		       ? PTEXEC5_REINTERRUPT
+		       : PTEXEC5_WRITTEN;
+}
+
+enum ptexec5_outcome ptexec5_write(pid_t pid, int mem_fd, const struct ch_write_req *req)
+{
+	struct ptexec5_words before, after;
+	enum ptexec5_outcome o;
+	uint64_t max = UINT64_MAX;
+
+	if (read_words(pid, req, &before))
+		return PTEXEC5_ERROR;
+	o = ptexec5_judge(req->expect, &before, NULL);
+	if (o != PTEXEC5_WRITTEN)
+		return o;
+	if (pwrite(mem_fd, &req->value, sizeof(req->value), (off_t)req->addr) != sizeof(req->value))
+		return PTEXEC5_ERROR;
+	if (req->restore_addr)
+		(void)!pwrite(mem_fd, &req->restore_value, sizeof(req->restore_value), (off_t)req->restore_addr);
+	/* unreadable now (it read a moment ago): interrupt, the safe side */
+	if (read_words(pid, req, &after) == 0 && ptexec5_judge(req->expect, &before, &after) == PTEXEC5_WRITTEN)
+		return PTEXEC5_WRITTEN;
+	if (pwrite(mem_fd, &max, sizeof(max), (off_t)req->addr) != sizeof(max))
+		return PTEXEC5_ERROR;
+	return PTEXEC5_REINTERRUPT;
+}
