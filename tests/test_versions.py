@@ -532,6 +532,45 @@ def test_v5_3_0__stop_the_world_reaches_a_domain_written_without_a_freeze():
     _handoff("5.3.0")
 
 
+def _killed_mid_write(name):
+    """camlheap killed (SIGKILL, by its test hook) between a young_limit
+    write and its re-check, while the handoff fixture's main domain asks
+    for collection after collection: an interrupt erased in that window
+    would never be put back by camlheap, so its probe holder does it
+    (ptexec5_settle_after_death; the unit test shows the holder's store).
+    The program ends with its own output and status, whichever write
+    camlheap dies at."""
+    saved = _with_fixtures(name)
+    try:
+        ref_w = chtest.Waiting("handoff", ["n=200"])
+        ref_w.release()
+        ref = ref_w.finish()
+        assert ref[0] == 0 and ref[1] == "ROUNDS 200\n", ref
+        for k in (1, 40, 400, 1500):
+            w = chtest.Waiting("handoff", ["n=200"])
+            os.environ["CAMLHEAP_TEST_KILL_MID_WRITE"] = str(k)
+            try:
+                r = chtest.Recorder(w.pid, 1e-2, ["--executor", "ptrace"])
+            finally:
+                del os.environ["CAMLHEAP_TEST_KILL_MID_WRITE"]
+            r.wait_attached()
+            w.release()
+            r.proc.wait(timeout=240)
+            got = w.finish(timeout=240)
+            assert r.proc.returncode == -9 or k == 1500, (k, r.proc.returncode)
+            assert got == ref, (k, got, ref)
+    finally:
+        chtest.FIXTURES = saved
+
+
+def test_v5_3_0__killed_mid_write_never_leaves_an_interrupt_erased():
+    _killed_mid_write("5.3.0")
+
+
+def test_v5_1_0__killed_mid_write_never_leaves_an_interrupt_erased():
+    _killed_mid_write("5.1.0")
+
+
 def test_v5_3_0__stripped_binary_writes_with_the_process_frozen():
     """Without .symtab camlheap cannot find all_domains, so the interrupt
     flags are unknown: each minor-heap write is made with every other
@@ -883,34 +922,37 @@ def test_v5_4_1__observe_takes_the_programs_own_memprof_samples():
 
 def _minor_sites_5(name):
     """The minor-heap sites at 1e-4 on OCaml 5, every part of the fixture
-    but its signal handler.  Known open bug: with systhreads, finalisers
-    and a signal handler that allocates all in one run, the handler's site
-    came out 20-50 % high in about one run in three on 5.3 (the other
-    sites right, no point missed); each pair of them alone is right.
-    Until it is understood, the handler's site is left out here, and the
-    README says so."""
+    at once: systhreads, finalisers and an OCaml signal handler that
+    allocates.  Once a bug: the handler's site came out 20-50 % high in
+    about one run in three on 5.3 under the freezing executor, and this
+    test left it out.  Not reproduced since (on 5.3: 0 of 42 runs with the
+    executor of user/collect/ptexec5.c, 0 of 8 beside two CPU hogs, 0 of 9
+    with the freezing executor of b9fc4d5, 0 of 9 at 06810b7; 0 of 8 on
+    5.4.1, of 6 each on 5.1 and 5.2); its cause was never found, so
+    the handler's site is checked here again: a return of the bug fails
+    this test about one run in three."""
     saved = _with_fixtures(name)
     try:
-        _minor._minor(1e-4, 4_000_000, parts=["ratio", "c", "comb", "fin", "threads"])
+        _minor._minor(1e-4, 4_000_000, parts=["ratio", "c", "comb", "fin", "threads", "sig"])
     finally:
         chtest.FIXTURES = saved
 
 
-def test_v5_1_0__minor_sites_rate_1e4_without_the_signal_handler():
+def test_v5_1_0__minor_sites_rate_1e4_every_part_at_once():
     _minor_sites_5("5.1.0")
 
 
-def test_v5_2_0__minor_sites_rate_1e4_without_the_signal_handler():
+def test_v5_2_0__minor_sites_rate_1e4_every_part_at_once():
     _minor_sites_5("5.2.0")
 
 
-def test_v5_3_0__minor_sites_rate_1e4_without_the_signal_handler():
+def test_v5_3_0__minor_sites_rate_1e4_every_part_at_once():
     _minor_sites_5("5.3.0")
 
 
-def test_v5_4_1__minor_sites_rate_1e4_without_the_signal_handler():
+def test_v5_4_1__minor_sites_rate_1e4_every_part_at_once():
     _minor_sites_5("5.4.1")
 
 
-def test_v5_3_0_fp__minor_sites_rate_1e4_without_the_signal_handler():
+def test_v5_3_0_fp__minor_sites_rate_1e4_every_part_at_once():
     _minor_sites_5("5.3.0-fp")

@@ -10,6 +10,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 
 #include "target/ocaml_runtime.h"
 #include "profile/profile.h"
@@ -361,6 +364,51 @@ static void test_ptexec5(void)
 	check(ptexec5_judge(0x1000, &b, &a) == PTEXEC5_WRITTEN, "ptexec5_judge_tick_already_up", "");
 }
 
+/* camlheap killed between the write of P and the re-check
+ * (ptexec5_settle_after_death): a child of this process plays camlheap,
+ * writes P into a word of ours and dies before its re-check; the probe
+ * holder's settle then finds P there and stores UINTNAT_MAX, and leaves a
+ * word the domain has reset since alone. */
+static void test_ptexec5_death(void)
+{
+	uint64_t *w = mmap(NULL, 64, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	for (int moved = 0; moved < 2; moved++) {
+		struct ch_write_req req = {
+			.addr = (uintptr_t)&w[0], .intr_addr = (uintptr_t)&w[1], .ext_addr = (uintptr_t)&w[2],
+			.signals_addr = (uintptr_t)&w[3], .epoch_addr = (uintptr_t)&w[4], .gepoch_addr = (uintptr_t)&w[5],
+			.expect = 0x1000, .value = 0x2000,
+		};
+		pid_t self = getpid(), c;
+		int st = 0, r;
+
+		memset(w, 0, 64);
+		w[0] = 0x1000;
+		c = fork();
+		if (c == 0) {
+			char path[64];
+			int fd;
+
+			snprintf(path, sizeof(path), "/proc/%d/mem", (int)self);
+			fd = open(path, O_RDWR | O_CLOEXEC);
+			ptexec5_test_kill_after(1);
+			ptexec5_write(self, fd, &req);
+			_exit(3); /* not reached */
+		}
+		waitpid(c, &st, 0);
+		if (moved)
+			w[0] = 0x1008; /* the domain reset young_limit itself since */
+		r = ptexec5_settle_after_death();
+		if (moved)
+			check(WIFSIGNALED(st) && r == 0 && w[0] == 0x1008, "ptexec5_death_after_a_reset_leaves_it",
+			      "status %#x, settle %d, limit %#llx", st, r, (unsigned long long)w[0]);
+		else
+			check(WIFSIGNALED(st) && r == 1 && w[0] == UINT64_MAX, "ptexec5_death_mid_write_interrupts",
+			      "status %#x, settle %d, limit %#llx", st, r, (unsigned long long)w[0]);
+	}
+	munmap(w, 64);
+}
+
 int main(void)
 {
 	test_geom_pool(1e-5);
@@ -372,5 +420,6 @@ int main(void)
 	test_insn_classes();
 	test_census_accounting();
 	test_ptexec5();
+	test_ptexec5_death();
 	return failures ? 1 : 0;
 }

@@ -59,9 +59,48 @@
 #define _GNU_SOURCE
 #include "collect/ptexec5.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+/* The writes in progress (ptexec5_settle_after_death), one slot per
+ * executor thread (serve runs one a target), pid 0 when none.  A
+ * MAP_SHARED page made at camlheap's start, so that every process forked
+ * from it (the probe holders) sees the executors' stores.  An executor
+ * thread beyond the last slot writes unguarded. */
+struct write_guard {
+	uint64_t pid, addr, value;
+};
+
+#define GUARD_SLOTS 128
+
+static struct write_guard *guards;
+static unsigned next_slot;
+static __thread int my_slot = -1;
+static long kill_mid_write = -1; /* CAMLHEAP_TEST_KILL_MID_WRITE=N: die after the N-th write, before its re-check (tests) */
+
+__attribute__((constructor)) static void guard_init(void)
+{
+	void *m = mmap(NULL, GUARD_SLOTS * sizeof(struct write_guard), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	const char *k = getenv("CAMLHEAP_TEST_KILL_MID_WRITE");
+
+	guards = m == MAP_FAILED ? NULL : m;
+	if (k && *k)
+		kill_mid_write = atol(k);
+}
+
+static struct write_guard *my_guard(void)
+{
+	if (my_slot < 0)
+		my_slot = (int)__atomic_fetch_add(&next_slot, 1, __ATOMIC_RELAXED);
+	return guards && my_slot < GUARD_SLOTS ? &guards[my_slot] : NULL;
+}
 
 static int read_words(pid_t pid, const struct ch_write_req *r, struct ptexec5_words *w)
 {
@@ -100,20 +139,73 @@ enum ptexec5_outcome ptexec5_write(pid_t pid, int mem_fd, const struct ch_write_
 	struct ptexec5_words before, after;
 	enum ptexec5_outcome o;
 	uint64_t max = UINT64_MAX;
+	struct write_guard *guard = my_guard();
 
 	if (read_words(pid, req, &before))
 		return PTEXEC5_ERROR;
 	o = ptexec5_judge(req->expect, &before, NULL);
 	if (o != PTEXEC5_WRITTEN)
 		return o;
+	if (guard) {
+		__atomic_store_n(&guard->addr, req->addr, __ATOMIC_RELAXED);
+		__atomic_store_n(&guard->value, req->value, __ATOMIC_RELAXED);
+		__atomic_store_n(&guard->pid, (uint64_t)pid, __ATOMIC_SEQ_CST);
+	}
 	if (pwrite(mem_fd, &req->value, sizeof(req->value), (off_t)req->addr) != sizeof(req->value))
-		return PTEXEC5_ERROR;
-	if (req->restore_addr)
-		(void)!pwrite(mem_fd, &req->restore_value, sizeof(req->restore_value), (off_t)req->restore_addr);
-	/* unreadable now (it read a moment ago): interrupt, the safe side */
-	if (read_words(pid, req, &after) == 0 && ptexec5_judge(req->expect, &before, &after) == PTEXEC5_WRITTEN)
-		return PTEXEC5_WRITTEN;
-	if (pwrite(mem_fd, &max, sizeof(max), (off_t)req->addr) != sizeof(max))
-		return PTEXEC5_ERROR;
-	return PTEXEC5_REINTERRUPT;
+		o = PTEXEC5_ERROR;
+	else {
+		if (req->restore_addr)
+			(void)!pwrite(mem_fd, &req->restore_value, sizeof(req->restore_value),
+				      (off_t)req->restore_addr);
+		if (kill_mid_write > 0 && --kill_mid_write == 0)
+			raise(SIGKILL);
+		/* unreadable now (it read a moment ago): interrupt, the safe side */
+		if (read_words(pid, req, &after) == 0 &&
+		    ptexec5_judge(req->expect, &before, &after) == PTEXEC5_WRITTEN)
+			o = PTEXEC5_WRITTEN;
+		else
+			o = pwrite(mem_fd, &max, sizeof(max), (off_t)req->addr) == sizeof(max) ? PTEXEC5_REINTERRUPT
+											: PTEXEC5_ERROR;
+	}
+	if (guard)
+		__atomic_store_n(&guard->pid, 0, __ATOMIC_SEQ_CST);
+	return o;
+}
+
+static int settle(struct write_guard *g)
+{
+	uint64_t now = 0, max = UINT64_MAX, pid = __atomic_load_n(&g->pid, __ATOMIC_SEQ_CST);
+	char path[64];
+	int fd, ret = 0;
+
+	if (!pid)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%llu/mem", (unsigned long long)pid);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	if (pread(fd, &now, sizeof(now), (off_t)g->addr) != sizeof(now))
+		ret = -1;
+	else if (now == g->value)
+		ret = pwrite(fd, &max, sizeof(max), (off_t)g->addr) == sizeof(max) ? 1 : -1;
+	close(fd);
+	return ret;
+}
+
+int ptexec5_settle_after_death(void)
+{
+	int ret = 0;
+
+	for (int i = 0; guards && i < GUARD_SLOTS; i++) {
+		int r = settle(&guards[i]);
+
+		if (r && ret >= 0)
+			ret = r;
+	}
+	return ret;
+}
+
+void ptexec5_test_kill_after(long n)
+{
+	kill_mid_write = n;
 }

@@ -51,4 +51,22 @@ enum ptexec5_outcome ptexec5_judge(uint64_t expect, const struct ptexec5_words *
  * done. */
 enum ptexec5_outcome ptexec5_write(pid_t pid, int mem_fd, const struct ch_write_req *req);
 
+/* If camlheap dies (kill -9) between the write of P and the re-check, an
+ * interrupt erased in between is never put back, and a domain that then
+ * stops allocating would never join the stop-the-world section waiting for
+ * it.  So the write in progress is kept in a page shared with the probe
+ * holder (sampler_holder.c, forked from camlheap, outliving it), and the
+ * holder calls this once camlheap is gone: if a write was in progress and
+ * young_limit still holds the P written (the domain has not reset it since;
+ * a reset re-checks every flag itself), it stores UINTNAT_MAX there through
+ * /proc/PID/mem: at worst one trap with nothing to do.  Every executor
+ * thread's write is looked at.  Returns 1 if it stored, 0 if there was
+ * nothing to do, -1 if a target could not be read or written (gone). */
+int ptexec5_settle_after_death(void);
+
+/* Tests only: this process dies (SIGKILL) right after its n-th write of a
+ * P, before the re-check (also set by CAMLHEAP_TEST_KILL_MID_WRITE=n in
+ * the environment at start-up). */
+void ptexec5_test_kill_after(long n);
+
 #endif

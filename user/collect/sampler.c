@@ -645,6 +645,7 @@ int sampler_detach(struct sampler *s)
 	bpf_link__destroy(s->exec_link);
 	s->exec_link = NULL;
 	if (s->holder_fd >= 0) {
+		(void)!write(s->holder_fd, "d", 1); /* a detach, not a death */
 		close(s->holder_fd);
 		s->holder_fd = -1;
 	}

@@ -2,9 +2,12 @@
  * (sampler.h sampler_hand_off_links): a small process that keeps the
  * links open while camlheap runs and exits after it, so that neither
  * camlheap's exit nor its death (kill -9) waits for the kernel's ~1 s
- * release of a uprobe; the target is never touched by it. */
+ * release of a uprobe.  The target is touched by it only if camlheap died
+ * in the middle of an OCaml 5 young_limit write (ptexec5_settle_after_death:
+ * UINTNAT_MAX, one trap with nothing to do). */
 #define _GNU_SOURCE
 #include "collect/sampler_internal.h"
+#include "collect/ptexec5.h"
 #include "target/proc.h"
 
 #include <dirent.h>
@@ -81,6 +84,7 @@ static void holder_main(int rd, int lend_link, int loans_fd)
 	char c;
 	sigset_t all;
 	int devnull;
+	ssize_t n;
 
 	/* keep only the BPF objects and the pipe: not camlheap's stdout or
 	 * stderr (a reader waiting for their EOF would wait for the holder),
@@ -101,8 +105,12 @@ static void holder_main(int rd, int lend_link, int loans_fd)
 	sigfillset(&all);
 	sigdelset(&all, SIGKILL);
 	sigprocmask(SIG_SETMASK, &all, NULL);
-	while (read(rd, &c, 1) < 0 && errno == EINTR)
+	while ((n = read(rd, &c, 1)) < 0 && errno == EINTR)
 		;
+	/* end of file without the detach's byte: camlheap died, maybe in the
+	 * middle of an OCaml 5 write */
+	if (n == 0)
+		ptexec5_settle_after_death();
 	if (lend_link >= 0) {
 		close(lend_link);
 		sampler_wait_loans_returned(loans_fd);
