@@ -71,6 +71,15 @@ def _runs(runs, rate, duration, env_extra=None, nice=0, hogs=0, links=None):
     try:
         for i in range(runs):
             j = _record_json(target.pid, rate, duration, env=env, nice=nice)
+            for _ in range(2):
+                # a window of under 100 samples (this VM stalled for most of
+                # a 50 ms window once in CI: 41 samples where 320-820 come)
+                # has too little power for the share check: taken again,
+                # twice at most, and still checked below if it stays short
+                by = j["totals"]["samples_by_kind"]
+                if by["minor"] + by["major"] >= 100:
+                    break
+                j = _record_json(target.pid, rate, duration, env=env, nice=nice)
             h = j["run"]
             assert links is None or h["probe_links"] == links, h
             assert abs(h["duration_s"] - duration) < 0.5 + duration, h
