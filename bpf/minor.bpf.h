@@ -67,6 +67,7 @@ struct inflight_tid {
 	__u32 pending;       /* caml_something_to_do at entry */
 	__u32 ours;          /* OCaml 5: the trap was camlheap's sample point alone (young_limit above the runtime's) */
 	__u64 action_pending;/* OCaml 5: the domain's action_pending at entry (8 bytes as read) */
+	__u64 dom;           /* OCaml 5: the dispatch's caml_domain_state * */
 };
 
 struct {

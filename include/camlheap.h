@@ -194,6 +194,8 @@ enum ch_counter {
 	CH_CNT_BEFORE_WINDOW,      /* allocations seen before the window opened (not sampled, not counted) */
 	CH_CNT_POLL_MARGIN,        /* OCaml 5: sample points in caml_poll_gc_work's margin above young_trigger, never
 				    * armed (a trap there brings the GC's work forward: bpf/ocaml5/minor.bpf.h) */
+	CH_CNT_ARM_AT_RETURN,      /* OCaml 5, ptrace: resets inside a dispatch not followed by a write, the dispatch's
+				    * return making the one write (no OCaml code could run in between) */
 	CH_CNT__COUNT
 };
 
@@ -290,7 +292,12 @@ struct ch_proc {
 	__u16 slice_epoch_off;
 	__u16 ext_intr_off;
 	__u8 all_domains_ptr;
-	__u8 pad7[5];
+	__u8 pad7;
+	/* OCaml 5: offsetof(caml_domain_state, final_info) and (memprof), 0 if
+	 * the release has none (memprof: 5.1, 5.2): what says whether a
+	 * dispatch can still run OCaml code (minor5_dispatch_runs_ocaml) */
+	__u16 final_info_off;
+	__u16 memprof_off;
 };
 
 /* The window's gate, the `window_gate` global of alloc.bpf.c, set by user
@@ -582,6 +589,21 @@ struct ch_sample_event {
 #define CH_OCAML54_INTERRUPT_PENDING 136
 #define CH_OCAML51_DOM_INTERNAL_STATE 8
 #define CH_OCAML52_DOM_INTERNAL_STATE 8
+/* What decides whether caml_do_pending_actions_res runs OCaml code after
+ * its caml_handle_gc_interrupt (5.3 runtime/signals.c:333-365; 5.1.0
+ * :300-330 and 5.2.0 likewise, without memprof callbacks): a bit of
+ * caml_pending_signals, requested_external_interrupt (above), the
+ * finalisers' to-do list (caml_domain_state's final_info, checked against
+ * the headers; struct caml_final_info's todo_head, runtime/caml/finalise.h,
+ * the same in 5.1-5.4) and, from 5.3, memprof_domain_s.pending (memprof.c,
+ * checked against the runtime's DWARF; the same in 5.4).  Read by
+ * bpf/ocaml5/minor.bpf.h minor5_dispatch_runs_ocaml. */
+#define CH_OCAML51_FINAL_INFO 168
+#define CH_OCAML52_FINAL_INFO 168
+#define CH_OCAML53_FINAL_INFO 176
+#define CH_OCAML54_FINAL_INFO 208
+#define CH_OCAML5_FINAL_TODO_HEAD 80
+#define CH_OCAML53_MEMPROF_PENDING 81
 /* struct stack_info {sp@0, exception_ptr@8, handler@16, ...} and
  * struct stack_handler {handle_value, handle_exn, handle_effect, parent@24}
  * (5.1/5.3 runtime/caml/fiber.h); a 0xFFFF frame is followed by the

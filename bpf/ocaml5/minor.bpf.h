@@ -241,7 +241,17 @@ static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_doma
 	}
 	if (d->minor_trig > want && d->minor_trig <= v->yp && !minor5_in_margin(d->minor_trig, v->young_trigger))
 		want = d->minor_trig;
-	if (want == v->limit)
+	if (restore && restore->ours) {
+		__u64 now = 0;
+
+		/* action_pending put back even when young_limit needs no write
+		 * (the reset inside the dispatch left the runtime's own value,
+		 * on_reset_young_limit_ret): the trap alone cleared it */
+		if (!bpf_probe_read_user(&now, 8, (void *)(v->cs + CH_OCAML5_ACTION_PENDING)) &&
+		    now == restore->action_pending)
+			restore = 0;
+	}
+	if (want == v->limit && !(restore && restore->ours))
 		return;
 	if (v->pending || v->limit == CH_UINTNAT_MAX) {
 		count(CH_CNT_WRITE_SKIPPED, 1);
@@ -285,7 +295,7 @@ int BPF_KPROBE(on_dispatch5, __u64 dom, __u64 wosize, __u32 flags, __u32 nallocs
 	struct ch_proc *p = current_proc();
 	struct ch_inflight_key k = { .sp = PT_REGS_SP(ctx), .tid = (__u32)bpf_get_current_pid_tgid() };
 	struct ch_inflight in = { .wosize = wosize, .lens = lens, .flags = flags, .nallocs = nallocs };
-	struct inflight_tid it = { .whsize = wosize + 1 };
+	struct inflight_tid it = { .whsize = wosize + 1, .dom = dom };
 
 	if (!p || !p->minor_on)
 		return 0;
@@ -478,14 +488,53 @@ int BPF_KPROBE(on_reset_young_limit, __u64 dom)
 	return 0;
 }
 
+/* Can OCaml code still run in the dispatch of domain `dom` whose
+ * caml_reset_young_limit has just returned, before that dispatch redoes
+ * its allocation?  Only caml_do_pending_actions_res runs any (5.3
+ * runtime/signals.c:333-365: after caml_handle_gc_interrupt, whose
+ * caml_poll_gc_work ends in the reset, come signal handlers, memprof
+ * callbacks, finalisers and the systhreads' yield; 5.1.0 yields in
+ * caml_poll_gc_work before its reset, so at a later reset of the same
+ * dispatch loop), and each step runs only what its flag says:
+ * caml_pending_signals (one word on Linux: NSIG 65), memprof_domain_s's
+ * pending (5.3+), final_info->todo_head, requested_external_interrupt.
+ * All clear: the write at this reset would be redone at the dispatch's
+ * return before anything reads young_limit, so the return alone writes (one
+ * stop a sample instead of two).  Unknown (no .symtab, a read fails):
+ * true.  A flag raised by another thread just after this read runs its
+ * OCaml code unarmed: a sample point it passes is counted missed
+ * (CH_CNT_MISSED), nothing is written wrong. */
+static __always_inline bool minor5_dispatch_runs_ocaml(struct ch_proc *p, __u64 dom)
+{
+	__u64 w = 1, fi = 0, mp = 0;
+	__u8 pending = 1;
+
+	if (!p->pending_signals_sym || !p->final_info_off || !p->ext_intr_off)
+		return true;
+	if (bpf_probe_read_user(&w, 8, (void *)(p->pending_signals_sym + p->load_bias)) || w)
+		return true;
+	if (bpf_probe_read_user(&w, 8, (void *)(dom + p->ext_intr_off)) || w)
+		return true;
+	if (bpf_probe_read_user(&fi, 8, (void *)(dom + p->final_info_off)) || !fi ||
+	    bpf_probe_read_user(&w, 8, (void *)(fi + CH_OCAML5_FINAL_TODO_HEAD)) || w)
+		return true;
+	if (p->memprof_off && (bpf_probe_read_user(&mp, 8, (void *)(dom + p->memprof_off)) || !mp ||
+			       bpf_probe_read_user(&pending, 1, (void *)(mp + CH_OCAML53_MEMPROF_PENDING)) || pending))
+		return true;
+	return false;
+}
+
 /* caml_reset_young_limit(dom_st) returned: the runtime's own limit is in
- * place (or UINTNAT_MAX for a pending action, left alone). */
+ * place (or UINTNAT_MAX for a pending action, left alone).  Inside a
+ * dispatch that can run no more OCaml code, the dispatch's return writes
+ * instead (minor5_dispatch_runs_ocaml). */
 SEC("uretprobe")
 int BPF_KRETPROBE(on_reset_young_limit_ret)
 {
 	struct ch_proc *p = current_proc();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct minor_view v;
+	struct inflight_tid *it;
 	struct ch_domain *d;
 	__u64 dom, *dp;
 
@@ -502,8 +551,14 @@ int BPF_KRETPROBE(on_reset_young_limit_ret)
 	dom = *dp;
 	bpf_map_delete_elem(&reset_dom, &tid);
 	d = minor5_at_reset(p, dom, tid, &v);
-	if (d)
-		minor5_apply_limit(p, d, &v, 0);
+	if (!d)
+		return 0;
+	it = bpf_map_lookup_elem(&inflight_by_tid, &tid);
+	if (it && it->dom == dom && !minor5_dispatch_runs_ocaml(p, dom)) {
+		count(CH_CNT_ARM_AT_RETURN, 1);
+		return 0;
+	}
+	minor5_apply_limit(p, d, &v, 0);
 	return 0;
 }
 

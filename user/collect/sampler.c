@@ -309,6 +309,8 @@ static int sampler_register(struct sampler *s, pid_t pid, uint64_t load_bias, co
 		.slice_epoch_off = rt->slice_epoch_off,
 		.ext_intr_off = rt->ext_intr_off,
 		.all_domains_ptr = rt->all_domains_ptr,
+		.final_info_off = rt->final_info_off,
+		.memprof_off = (__u16)rt->memprof_off,
 	};
 	proc->window_minor = proc->minor_on;
 	s->window_minor = proc->minor_on;

@@ -436,6 +436,7 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 		rt->ext_intr_off = rel->ext_intr_off;
 		rt->dom_internal_size = rel->dom_internal_size;
 		rt->intr_pending_off = rel->intr_pending_off;
+		rt->final_info_off = rel->final_info_off;
 	}
 	if (rel->sample_block) {
 		if (plan_probe(img, probe_symbols[OCAML_PROBE_SAMPLE_YOUNG5], &rt->probes[OCAML_PROBE_SAMPLE_YOUNG5]) == 0)

@@ -104,6 +104,7 @@ struct ocaml_runtime {
 	 * (struct ocaml_release) for the ptrace executor's interrupt check */
 	uint64_t slice_epoch_sym, pending_signals_sym;
 	uint16_t slice_epoch_off, ext_intr_off, dom_internal_size, intr_pending_off;
+	uint16_t final_info_off;   /* 5.x: offsetof(caml_domain_state, final_info) */
 	bool gc_stats_ptr;         /* 5.x: sampled_gc_stats is a pointer (5.3), else the array itself (5.1, 5.2) */
 	uint64_t gc_stats_sym;     /* 5.x: gc_stats.c's `sampled_gc_stats` (5.1: the array; 5.3: a pointer to it),
 				    * 0 if unknown (.symtab stripped): the major heap's size */

@@ -28,12 +28,12 @@ static const struct ocaml_release releases[] = {
 	{ .major = 5, .minor = 1, .tested = "5.1.0", .dom_id_off = CH_OCAML51_ID,
 	  .dom_internal_state_off = CH_OCAML51_DOM_INTERNAL_STATE, .slice_epoch_off = CH_OCAML51_SLICE_EPOCH,
 	  .ext_intr_off = CH_OCAML51_EXT_INTERRUPT, .dom_internal_size = CH_OCAML51_DOM_INTERNAL_SIZE,
-	  .intr_pending_off = CH_OCAML51_INTERRUPT_PENDING,
+	  .intr_pending_off = CH_OCAML51_INTERRUPT_PENDING, .final_info_off = CH_OCAML51_FINAL_INFO,
 	  .cycle_fn = "caml_cycle_heap_stw" },
 	{ .major = 5, .minor = 2, .tested = "5.2.0", .dom_id_off = CH_OCAML52_ID,
 	  .dom_internal_state_off = CH_OCAML52_DOM_INTERNAL_STATE, .slice_epoch_off = CH_OCAML52_SLICE_EPOCH,
 	  .ext_intr_off = CH_OCAML52_EXT_INTERRUPT, .dom_internal_size = CH_OCAML52_DOM_INTERNAL_SIZE,
-	  .intr_pending_off = CH_OCAML52_INTERRUPT_PENDING,
+	  .intr_pending_off = CH_OCAML52_INTERRUPT_PENDING, .final_info_off = CH_OCAML52_FINAL_INFO,
 	  .memprof_trig_off = CH_OCAML52_MEMPROF_YOUNG_TRIGGER, .compaction = true, .debuginfo52 = true,
 	  .cycle_fn = "caml_cycle_heap_from_stw_single" },
 	{ .major = 5, .minor = 3, .tested = "5.3.0", .dom_id_off = CH_OCAML53_ID,
@@ -41,7 +41,7 @@ static const struct ocaml_release releases[] = {
 	  .dom_internal_state_off = CH_OCAML53_DOM_INTERNAL_STATE, .sample_block = true, .compaction = true,
 	  .slice_epoch_off = CH_OCAML53_SLICE_EPOCH, .ext_intr_off = CH_OCAML53_EXT_INTERRUPT,
 	  .dom_internal_size = CH_OCAML53_DOM_INTERNAL_SIZE, .intr_pending_off = CH_OCAML53_INTERRUPT_PENDING,
-	  .all_domains_ptr = true,
+	  .final_info_off = CH_OCAML53_FINAL_INFO, .all_domains_ptr = true,
 	  .gc_stats_ptr = true, .cycle_fn = "caml_cycle_heap_from_stw_single", .debuginfo52 = true },
 	/* 5.4.1: 5.3's hooks and structures (runtime/memprof.c, shared_heap.c,
 	 * fiber.h, stack.h unchanged but for comments and TSan), four more
@@ -52,7 +52,7 @@ static const struct ocaml_release releases[] = {
 	  .dom_internal_state_off = CH_OCAML54_DOM_INTERNAL_STATE, .sample_block = true, .compaction = true,
 	  .slice_epoch_off = CH_OCAML54_SLICE_EPOCH, .ext_intr_off = CH_OCAML54_EXT_INTERRUPT,
 	  .dom_internal_size = CH_OCAML54_DOM_INTERNAL_SIZE, .intr_pending_off = CH_OCAML54_INTERRUPT_PENDING,
-	  .all_domains_ptr = true,
+	  .final_info_off = CH_OCAML54_FINAL_INFO, .all_domains_ptr = true,
 	  .gc_stats_ptr = true, .cycle_fn = "caml_cycle_heap_from_stw_single", .debuginfo52 = true },
 };
 

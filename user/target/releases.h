@@ -30,6 +30,7 @@ struct ocaml_release {
 	 * dom_internal's size and offsetof(interruptor.interrupt_pending);
 	 * all_domains is a pointer (5.3+), else the array itself */
 	uint16_t slice_epoch_off, ext_intr_off, dom_internal_size, intr_pending_off;
+	uint16_t final_info_off; /* offsetof(caml_domain_state, final_info) */
 	bool all_domains_ptr;
 	bool sample_block;     /* caml_memprof_sample_block (5.3), else caml_alloc_shr & co. (5.1, 5.2) */
 	bool compaction;       /* caml_compact_heap (from 5.2) */
