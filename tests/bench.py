@@ -118,10 +118,11 @@ def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False, only
     # "target s": the target's own run time (camlheap's report duration:
     # probes attached -> target exit; for memprof the whole run);
     # "us/sample": (target s - plain) / samples; stops/s: ptrace stops per
-    # second of target time; "service": the executor's time per stop.
-    print("  %-13s %6s %9s %7s %9s %10s %9s %9s %9s %10s %8s" % (
-        "config", "rate", "target s", "ratio", "samples", "us/sample", "stops/s", "service", "camlheap",
-        "peak RSS", "attach"))
+    # second of target time; "stops/smp": ptrace stops per sample; "service":
+    # the executor's time per stop.
+    print("  %-13s %6s %9s %7s %9s %10s %9s %9s %9s %9s %10s %8s" % (
+        "config", "rate", "target s", "ratio", "samples", "us/sample", "stops/s", "stops/smp", "service",
+        "camlheap", "peak RSS", "attach"))
     for cname, r, _ in confs:
         key = (cname, r)
         if cname == "memprof":
@@ -133,8 +134,8 @@ def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False, only
         smp = statistics.median(x["samples"] for x in ns)
         stops = statistics.median(x["stops"] for x in ns)
         per = (tgt - base) / smp * 1e6 if smp >= 100 else float("nan")  # too few samples to divide by
-        print("  %-13s %6s %9.3f %7.3f %9d %10.1f %9.0f %7.1f us %7.3f s %6.1f MiB %6.3f s" % (
-            cname, r, tgt, tgt / base, smp, per, stops / tgt if tgt else 0,
+        print("  %-13s %6s %9.3f %7.3f %9d %10.1f %9.0f %9.2f %7.1f us %7.3f s %6.1f MiB %6.3f s" % (
+            cname, r, tgt, tgt / base, smp, per, stops / tgt if tgt else 0, stops / smp if smp else 0.0,
             statistics.median(x["service"] for x in ns), statistics.median(x["cpu"] for x in ns),
             max(x["rss"] for x in ns), statistics.median(x["attach"] for x in ns)))
     spread = (max(plain) - min(plain)) / base
