@@ -104,39 +104,31 @@ static struct write_guard *my_guard(void)
 }
 
 /* young_limit and the flags now, in as few preads of /proc/PID/mem as
- * their places allow: words within one 512-byte run are read together
- * (young_limit, major_slice_epoch and requested_external_interrupt lie in
- * the domain state's first 300 bytes; the two globals are often near each
- * other).  Measured here: a pread of /proc/PID/mem ~1 us, one
- * process_vm_readv of the six words ~9 us (it pins each iovec's page
- * apart).  Returns 0, or -1 if a word could not be read. */
+ * their places allow: a word within 512 bytes above the one before it in
+ * the list is read with it (young_limit, major_slice_epoch and
+ * requested_external_interrupt lie in the domain state's first 300 bytes,
+ * in that order; caml_major_slice_epoch may follow caml_pending_signals).
+ * Measured here: a pread of /proc/PID/mem ~1 us, one process_vm_readv of
+ * the six words ~9 us (it pins each iovec's page apart).  Returns 0, or -1
+ * if a word could not be read. */
 static int read_words(int mem_fd, const struct ch_write_req *r, struct ptexec5_words *w)
 {
-	struct {
+	const struct {
 		uint64_t addr;
 		uint64_t *dst;
 	} want[6] = {
-		{ r->addr, &w->limit },	    { r->intr_addr, &w->intr },	  { r->ext_addr, &w->ext },
-		{ r->signals_addr, &w->signals }, { r->epoch_addr, &w->epoch }, { r->gepoch_addr, &w->gepoch },
+		{ r->addr, &w->limit },		  { r->epoch_addr, &w->epoch },	    { r->ext_addr, &w->ext },
+		{ r->intr_addr, &w->intr },	  { r->signals_addr, &w->signals }, { r->gepoch_addr, &w->gepoch },
 	};
 	uint64_t run[64];
 
-	for (int i = 1; i < 6; i++) /* by address */
-		for (int j = i; j > 0 && want[j].addr < want[j - 1].addr; j--) {
-			typeof(want[0]) t = want[j];
-
-			want[j] = want[j - 1];
-			want[j - 1] = t;
-		}
 	for (int i = 0; i < 6;) {
 		uint64_t lo = want[i].addr, hi = lo + 8;
 		int j = i + 1;
-		ssize_t n;
 
-		while (j < 6 && want[j].addr + 8 <= lo + sizeof(run))
+		while (j < 6 && want[j].addr >= hi && want[j].addr + 8 <= lo + sizeof(run))
 			hi = want[j++].addr + 8;
-		n = pread(mem_fd, run, hi - lo, (off_t)lo);
-		if (n != (ssize_t)(hi - lo))
+		if (pread(mem_fd, run, hi - lo, (off_t)lo) != (ssize_t)(hi - lo))
 			return -1;
 		for (; i < j; i++)
 			memcpy(want[i].dst, (const char *)run + (want[i].addr - lo), 8);
@@ -144,6 +136,8 @@ static int read_words(int mem_fd, const struct ch_write_req *r, struct ptexec5_w
 	return 0;
 }
 
+/* A stop-the-world request or a major slice flagged: what
+ * caml_reset_young_limit itself answers with UINTNAT_MAX. */
 static bool stw_or_slice(const struct ptexec5_words *w)
 {
 	return w->intr || w->epoch < w->gepoch;
