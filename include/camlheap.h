@@ -591,7 +591,7 @@ struct ch_sample_event {
 #define CH_OCAML52_DOM_INTERNAL_STATE 8
 /* What decides whether caml_do_pending_actions_res runs OCaml code after
  * its caml_handle_gc_interrupt (5.3 runtime/signals.c:333-365; 5.1.0
- * :300-330 and 5.2.0 likewise, without memprof callbacks): a bit of
+ * :301-336 and 5.2.0 likewise, without memprof callbacks): a bit of
  * caml_pending_signals, requested_external_interrupt (above), the
  * finalisers' to-do list (caml_domain_state's final_info, checked against
  * the headers; struct caml_final_info's todo_head, runtime/caml/finalise.h,

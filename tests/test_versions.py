@@ -902,8 +902,9 @@ def _v5__private_runtime_layouts_match_its_debug_info(name):
     runtime/domain.c's struct dom_internal (its size, the stride of
     all_domains; its state and interruptor.interrupt_pending, read by the
     ptrace executor around each write) and, from 5.3, where a running
-    Gc.Memprof's rate is and whether its callbacks are pending: their offsets in the runtime's own DWARF, as gdb
-    prints them, equal camlheap's constants."""
+    Gc.Memprof's rate is and whether its callbacks are pending: their
+    offsets in the runtime's own DWARF, as gdb prints them, equal
+    camlheap's constants."""
     import re
     fixtures = _fixtures_for(name)
     ch = _camlheap_constants()
