@@ -196,6 +196,8 @@ enum ch_counter {
 				    * armed (a trap there brings the GC's work forward: bpf/ocaml5/minor.bpf.h) */
 	CH_CNT_ARM_AT_RETURN,      /* OCaml 5, ptrace: resets inside a dispatch not followed by a write, the dispatch's
 				    * return making the one write (no OCaml code could run in between) */
+	CH_CNT_ARM_AT_RESET,       /* OCaml 5, ptrace: resets inside a dispatch that can still run OCaml code (a flag
+				    * up: bpf/ocaml5/minor.bpf.h minor5_dispatch_runs_ocaml), written there at once */
 	CH_CNT__COUNT
 };
 

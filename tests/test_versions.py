@@ -543,9 +543,11 @@ def _one_stop_a_sample(name):
     the write to the dispatch's return (bpf/ocaml5/minor.bpf.h
     minor5_dispatch_runs_ocaml), where the sampled block's next point is
     written once.  Written at both, a sample took 2.1 stops on 5.3
-    (alloc_minor at 1e-4: 19 034 stops, 8 931 samples); now at most one a
-    sample plus one a minor cycle (the collection's own dispatch), and
-    nothing missed."""
+    (alloc_minor at 1e-4: 19 034 stops, 8 931 samples); now one a sample
+    plus at most one at each of the runtime's own two traps a minor cycle
+    (the half-heap mark's and the full heap's, whose resets leave P to
+    write), and nothing missed.  (5.4.1 once took 4 698 stops for 4 502
+    samples and 169 cycles: over the earlier bound, samples + cycles + 20.)"""
     saved = _with_fixtures(name)
     try:
         d = chtest.tmpdir()
@@ -560,7 +562,7 @@ def _one_stop_a_sample(name):
     minor, ex = j["run"]["minor"], j["run"]["ptrace"]
     assert minor["samples"] > 2000 and minor["missed"] == 0, minor
     assert minor["arms_at_return"] > minor["samples"] // 2, minor
-    assert ex["stops"] <= minor["samples"] + minor["cycles"] + 20, (ex, minor)
+    assert ex["stops"] <= minor["samples"] + 2 * minor["cycles"], (ex, minor)
 
 
 def test_v5_1_0__one_ptrace_stop_a_sample():

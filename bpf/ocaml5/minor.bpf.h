@@ -554,9 +554,12 @@ int BPF_KRETPROBE(on_reset_young_limit_ret)
 	if (!d)
 		return 0;
 	it = bpf_map_lookup_elem(&inflight_by_tid, &tid);
-	if (it && it->dom == dom && !minor5_dispatch_runs_ocaml(p, dom)) {
-		count(CH_CNT_ARM_AT_RETURN, 1);
-		return 0;
+	if (it && it->dom == dom) {
+		if (!minor5_dispatch_runs_ocaml(p, dom)) {
+			count(CH_CNT_ARM_AT_RETURN, 1);
+			return 0;
+		}
+		count(CH_CNT_ARM_AT_RESET, 1);
 	}
 	minor5_apply_limit(p, d, &v, 0);
 	return 0;
