@@ -13,6 +13,7 @@
 #define CH_SIGURG 23
 #define CH_PF_EXITING 0x00000004 /* include/linux/sched.h */
 #define CH_DO_TRACK 1            /* 4.13.1 runtime/caml/memory.h */
+#define CH_FROM_CAML 2           /* 4.x flags: the allocation came from OCaml code, not C (same file) */
 
 const volatile __u32 executor = CH_EXEC_OBSERVE;
 const volatile __u32 tracer_tgid = 0;

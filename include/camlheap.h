@@ -218,6 +218,8 @@ struct ch_proc {
 	__u64 something_to_do_sym;  /* link-time vaddr of `int caml_something_to_do` (4.x signals.c) */
 	__u64 memprof_trigger_sym;  /* link-time vaddr of `value *caml_memprof_young_trigger` (4.x memprof.c) */
 	__u64 final_todo_sym;       /* link-time vaddr of finalise.c's `to_do_hd` (finalisers ready to run), 0 if unknown */
+	__u64 signals_pending_sym;  /* 4.x: link-time vaddr of signals.c's `static intnat signals_are_pending`, 0 if
+				     * unknown (.symtab stripped) */
 	__s64 next_sample_words;    /* memprof's next_rand_geom: 0-based index of the next sampled word */
 	/* Channel A: the minor-heap sample point P of the current minor
 	 * cycle.  minor_trig is the address just above the next sampled word
@@ -527,6 +529,9 @@ struct ch_sample_event {
 #define CH_OCAML4_STAT_MINOR_COLLECTIONS 320
 #define CH_OCAML4_STAT_MAJOR_COLLECTIONS 328
 #define CH_OCAML4_STAT_COMPACTIONS 352
+/* the GC work caml_check_urgent_gc does (4.14.2 runtime/minor_gc.c) */
+#define CH_OCAML4_REQUESTED_MAJOR_SLICE 272
+#define CH_OCAML4_REQUESTED_MINOR_GC 280
 
 /* struct caml_context {bottom_of_stack; last_retaddr; gc_regs} sits at
  * sp + 16 in the 0xFFFF callback frame (4.13.1 runtime/caml/stack.h:80-84,

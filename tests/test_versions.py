@@ -125,6 +125,7 @@ CHECKS_CORE = {
 CHECKS4_EXTRA = [
     (_minor, "test_minor_outputs_identical_with_and_without_camlheap"),
     (_minor, "test_minor_kill9_never_harms_target"),
+    (_minor, "test_c_allocations_deep_in_a_recursion_trap_once_a_sample"),
 ]
 
 for _name in RELEASES4:
@@ -231,7 +232,7 @@ int main(void)
 #else
     P4(young_limit) P4(young_ptr) P4(young_start) P4(young_end) P4(young_alloc_start) P4(young_alloc_end)
     P4(young_trigger) P4(bottom_of_stack) P4(last_return_address) P4(stat_minor_collections)
-    P4(stat_major_collections) P4(stat_compactions)
+    P4(stat_major_collections) P4(stat_compactions) P4(requested_major_slice) P4(requested_minor_gc)
 #endif
     return 0;
 }
@@ -281,7 +282,7 @@ def _check_offsets(libdir, major_minor):
         want = {k.lower(): ch["CH_OCAML4_" + k] for k in (
             "YOUNG_LIMIT", "YOUNG_PTR", "YOUNG_START", "YOUNG_END", "YOUNG_ALLOC_START", "YOUNG_ALLOC_END",
             "YOUNG_TRIGGER", "BOTTOM_OF_STACK", "LAST_RETURN_ADDRESS", "STAT_MINOR_COLLECTIONS",
-            "STAT_MAJOR_COLLECTIONS", "STAT_COMPACTIONS")}
+            "STAT_MAJOR_COLLECTIONS", "STAT_COMPACTIONS", "REQUESTED_MAJOR_SLICE", "REQUESTED_MINOR_GC")}
         if major_minor <= (4, 12):
             want["young_limit"] = ch["CH_OCAML412_YOUNG_LIMIT"]
             want["young_ptr"] = ch["CH_OCAML412_YOUNG_PTR"]

@@ -27,7 +27,10 @@
  * the value is max(young_trigger, caml_memprof_young_trigger, P), a value
  * the runtime's own formula could produce with P <= young_ptr, and never
  * while caml_something_to_do is set or young_limit is young_alloc_end (a
- * pending action: the runtime's value wins).  The executor (rodata
+ * pending action: the runtime's value wins), except at the return of a
+ * dispatch called from C when no action is there to take
+ * (minor4_actions_idle: else every allocation of C code would trap until
+ * OCaml code runs).  The executor (rodata
  * `executor`) performs them: in the kernel (bpf_probe_write_user, only
  * where the kernel allows it), or through a ptrace stop of the thread
  * (user/collect/ptexec.h), or not at all (observe).
@@ -139,11 +142,66 @@ static __always_inline void minor_skip_passed(struct ch_proc *p, struct minor_vi
 	}
 }
 
+/* Will caml_do_pending_actions_exn run no OCaml code now?  Signals and
+ * new finalisers set caml_something_to_do (checked at dispatch entry), but
+ * finalisers found while another finaliser runs do not
+ * (4.13.1 runtime/finalise.c:81): check the ready list itself; and with
+ * Gc.Memprof active its postponed callbacks may run.  Unknown means no. */
+static __always_inline bool nothing_to_run(struct ch_proc *p, struct minor_view *v)
+{
+	__u64 todo = 1;
+
+	if (!p->final_todo_sym ||
+	    bpf_probe_read_user(&todo, sizeof(todo), (void *)(p->final_todo_sym + p->load_bias)) || todo)
+		return false;
+	return v->memprof_trig == v->start || v->memprof_trig == 0;
+}
+
+/* Would the trap the runtime arranged for its next allocation do nothing?
+ * A dispatch called from C sets caml_something_to_do without raising
+ * anything (4.14.2 runtime/minor_gc.c caml_alloc_small_dispatch: "force a
+ * query of all callbacks" for C code that polls), and a collection inside
+ * it then leaves young_limit at young_alloc_end (caml_update_young_limit),
+ * or camlheap's crossed P stays in place: every allocation of C code after
+ * that traps until OCaml code runs caml_do_pending_actions_exn (on the way
+ * back up a deep recursion of string_of_int, thousands of traps, each a
+ * uprobe hit).  That function acts only on what these flags say
+ * (signals.c): requested_major_slice and requested_minor_gc
+ * (caml_check_urgent_gc), signals_are_pending
+ * (caml_process_pending_signals_exn), memprof's postponed callbacks (none
+ * while Gc.Memprof is off) and finalise.c's to_do_hd; every other setter
+ * of caml_something_to_do raises one of them first (caml_record_signal,
+ * caml_request_major_slice / minor_gc, finalise.c alloc_to_do and
+ * caml_final_release, memprof.c).  All clear: the trap would only clear
+ * caml_something_to_do, so a limit of max(young_trigger, memprof trigger,
+ * P) changes nothing the program sees, and caml_something_to_do is left
+ * set for C code that polls it.  Unknown (no .symtab): false. */
+static __always_inline bool minor4_actions_idle(struct ch_proc *p, struct minor_view *v)
+{
+	__u64 sig = 1, req[2] = { 1, 1 };
+
+	if (!p->signals_pending_sym || !nothing_to_run(p, v))
+		return false;
+	if (bpf_probe_read_user(&sig, 8, (void *)(p->signals_pending_sym + p->load_bias)) || sig)
+		return false;
+	if (bpf_probe_read_user(req, sizeof(req), (void *)(v->cs + CH_OCAML4_REQUESTED_MAJOR_SLICE)) || req[0] ||
+	    req[1])
+		return false;
+	return true;
+}
+
 /* Make young_limit max(young_trigger, memprof trigger, P), through the
  * executor.  `inflight_words`: the words of a block this thread is about to
- * redo just below young_ptr (0 if none); a P inside it is left as it is. */
-static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_view *v, __u64 inflight_words)
+ * redo just below young_ptr (0 if none); a P inside it is left as it is.
+ * `idle`: caml_something_to_do is set with nothing to act on
+ * (minor4_actions_idle): written even so, and the write's re-check is of
+ * signals_are_pending, the only flag another thread can raise meanwhile
+ * (caml_record_signal, from a signal handler or the systhreads tick). */
+static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_view *v, __u64 inflight_words,
+					      bool idle)
 {
+	__u64 recheck = idle ? p->signals_pending_sym : p->something_to_do_sym;
+
 	__u64 want = v->young_trigger;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 
@@ -156,7 +214,7 @@ static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_vi
 	}
 	if (want == v->limit)
 		return;
-	if (v->pending || v->limit == v->end || p->layout != CH_LAYOUT_VERIFIED) {
+	if ((!idle && (v->pending || v->limit == v->end)) || p->layout != CH_LAYOUT_VERIFIED) {
 		count(CH_CNT_WRITE_SKIPPED, 1);
 		return;
 	}
@@ -168,7 +226,7 @@ static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_vi
 		count(CH_CNT_WRITES_KERNEL, 1);
 		/* the runtime's own re-check (signals.c caml_update_young_limit):
 		 * a signal recorded meanwhile must still be seen */
-		if (!bpf_probe_read_user(&pending, 4, (void *)(p->something_to_do_sym + p->load_bias)) && pending)
+		if (!bpf_probe_read_user(&pending, 4, (void *)(recheck + p->load_bias)) && pending)
 			bpf_probe_write_user((void *)(v->cs + p->young_limit_off), &v->end, sizeof(v->end));
 	} else if (executor == CH_EXEC_PTRACE) {
 		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
@@ -176,7 +234,7 @@ static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_vi
 			.addr = v->cs + p->young_limit_off,
 			.expect = v->limit,
 			.value = want,
-			.pending_addr = p->something_to_do_sym + p->load_bias,
+			.pending_addr = recheck + p->load_bias,
 		};
 
 		/* Stop only a thread camlheap traces, and never once camlheap
@@ -261,7 +319,9 @@ int BPF_KRETPROBE(on_dispatch_ret)
 			p->minor_trig = minor_point_below(&v, v.yp, geom_draw());
 		}
 	}
-	minor_apply_limit(p, &v, 0);
+	/* from C, a pending action with nothing to act on: no trap storm */
+	minor_apply_limit(p, &v, 0, !(in.flags & CH_FROM_CAML) && (v.pending || v.limit == v.end) &&
+					    minor4_actions_idle(p, &v));
 	return 0;
 }
 
@@ -288,21 +348,6 @@ int BPF_KPROBE(on_track_young, __u64 wosize, __u32 from_caml, __u32 nallocs, __u
 	return 0;
 }
 
-/* Will caml_do_pending_actions_exn run no OCaml code now?  Signals and
- * new finalisers set caml_something_to_do (checked at dispatch entry), but
- * finalisers found while another finaliser runs do not
- * (4.13.1 runtime/finalise.c:81): check the ready list itself; and with
- * Gc.Memprof active its postponed callbacks may run.  Unknown means no. */
-static __always_inline bool nothing_to_run(struct ch_proc *p, struct minor_view *v)
-{
-	__u64 todo = 1;
-
-	if (!p->final_todo_sym ||
-	    bpf_probe_read_user(&todo, sizeof(todo), (void *)(p->final_todo_sym + p->load_bias)) || todo)
-		return false;
-	return v->memprof_trig == v->start || v->memprof_trig == 0;
-}
-
 /* After the runtime stored its own young_limit.  `may_defer`: a P inside
  * the block this thread is about to redo may be left to the return probe. */
 static __always_inline void rearm(struct pt_regs *ctx, bool may_defer)
@@ -327,7 +372,7 @@ static __always_inline void rearm(struct pt_regs *ctx, bool may_defer)
 	minor_skip_passed(p, &v, v.yp + (it ? it->whsize * 8 : 0));
 	if (may_defer && it && !it->pending && it->epoch == v.epoch && nothing_to_run(p, &v))
 		defer_words = it->whsize;
-	minor_apply_limit(p, &v, defer_words);
+	minor_apply_limit(p, &v, defer_words, false);
 }
 
 /* caml_update_young_limit: GC paths, and memprof (its set_suspended runs

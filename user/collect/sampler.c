@@ -286,6 +286,7 @@ static int sampler_register(struct sampler *s, pid_t pid, uint64_t load_bias, co
 		.something_to_do_sym = rt->something_to_do_sym,
 		.memprof_trigger_sym = rt->memprof_trigger_sym,
 		.final_todo_sym = rt->final_todo_sym,
+		.signals_pending_sym = rt->signals_pending_sym,
 		.minor_on = rt->minor_ok && s->executor != CH_EXEC_OBSERVE,
 		.minor_observe = rt->minor_ok && s->executor == CH_EXEC_OBSERVE && s->minor_from_memprof,
 		.census_on = rt->census_ok && s->census,

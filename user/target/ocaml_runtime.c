@@ -88,6 +88,13 @@ static void plan_minor(const struct elf_image *img, struct ocaml_runtime *rt)
 			rt->final_todo_sym = ocaml_runtime_find_final_todo(code, 64, fdc->vaddr);
 	}
 	{
+		/* a local of signals.c; only in an unstripped .symtab */
+		const struct elf_symbol *sp = elf_image_symbol(img, "signals_are_pending");
+
+		if (sp && sp->type == STT_OBJECT && sp->size == 8)
+			rt->signals_pending_sym = sp->vaddr;
+	}
+	{
 		/* a local of memprof.c; only in an unstripped .symtab */
 		const struct elf_symbol *l = elf_image_symbol(img, "lambda");
 

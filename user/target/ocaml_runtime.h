@@ -83,6 +83,8 @@ struct ocaml_runtime {
 	uint64_t memprof_trigger_sym; /* link-time vaddr of `value *caml_memprof_young_trigger` (4.x) */
 	uint64_t final_todo_sym;      /* link-time vaddr of finalise.c's `static struct to_do *to_do_hd`
 				       * (finalisers ready to run), 0 if not found */
+	uint64_t signals_pending_sym; /* link-time vaddr of signals.c's `static intnat volatile
+				       * signals_are_pending` (4.x), 0 if unknown (.symtab stripped) */
 	uint64_t memprof_lambda_sym;  /* link-time vaddr of memprof.c's `static double lambda`, 0 if
 				       * unknown (.symtab stripped): Gc.Memprof's rate, 0 when stopped */
 	/* OCaml 5 only (runtime/caml/domain_state.tbl; runtime/domain.c's TLS caml_state) */
