@@ -421,6 +421,10 @@ struct ch_write_req {
 	__u64 signals_addr;  /* &caml_pending_signals[0] (NSIG_WORDS is 1 on Linux amd64) */
 	__u64 epoch_addr;    /* &dom->major_slice_epoch */
 	__u64 gepoch_addr;   /* &caml_major_slice_epoch */
+	/* bpf_ktime_get_ns() (CLOCK_MONOTONIC) as the probe asked for the
+	 * stop: the stop the target pays runs from here, inside its trap, to
+	 * the executor's PTRACE_CONT (struct ptexec_stats stopped_s) */
+	__u64 stamp_ns;
 };
 
 /* Map `dispatch_inflight`, key = {tid, stack pointer at entry}: the

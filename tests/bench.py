@@ -22,7 +22,10 @@ Runs are interleaved (every configuration once, then again ...) so that
 drift in the machine's speed hits every configuration alike; medians of
 REPEAT runs.  Then the census's own cost (bench_census).  Environment:
 REPEAT (default 5), ITEMS (generated module size, default 1000),
-BENCH_ONLY=census, recording, malloc, top or ocaml5 (only that part).  The malloc
+BENCH_ONLY=census, recording, malloc, top, ocaml5 or idiom (only that part).  The
+idiom part: `List.length (List.init 5000 string_of_int)` 6 000 times (the cdeep
+fixture's init part: C code allocating deep in a recursion), which trapped at
+every allocation of C code before (tests/test_minor.py).  The malloc
 part: what --malloc costs per libc call (a C stub doing malloc(64)/free
 pairs) and on ocamlopt.opt, against the same recording without it.  The ocaml5 part:
 OCaml 5.3 fixtures (built with tests/toolchains.py) on one, two and four
@@ -71,7 +74,8 @@ def header_numbers(report):
     smp = re.search(r"^samples\s+(\d+)", text, re.M)
     dur = re.search(r"^duration\s+([\d.]+) s", text, re.M)
     stops = re.search(r"^executor\s+ptrace: (\d+) stops \(([\d.]+) us", text, re.M)
-    return {"cpu": float(cpu.group(1)), "rss": float(cpu.group(2)), "attach": float(att.group(1)),
+    paid = re.search(r"^overhead\s+the target paid ([\d.]+) s", text, re.M)
+    return {"paid": float(paid.group(1)) if paid else float("nan"),"cpu": float(cpu.group(1)), "rss": float(cpu.group(2)), "attach": float(att.group(1)),
             "samples": int(smp.group(1)), "target": float(dur.group(1)),
             "stops": int(stops.group(1)) if stops else 0, "service": float(stops.group(2)) if stops else 0.0}
 
@@ -119,10 +123,12 @@ def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False, only
     # probes attached -> target exit; for memprof the whole run);
     # "us/sample": (target s - plain) / samples; stops/s: ptrace stops per
     # second of target time; "stops/smp": ptrace stops per sample; "service":
-    # the executor's time per stop.
-    print("  %-13s %6s %9s %7s %9s %10s %9s %9s %9s %9s %10s %8s" % (
+    # the executor's time per stop; "stated": the overhead the report
+    # states the target paid (probe hits' traps, BPF programs, stops), to
+    # hold against "measured", target s - plain.
+    print("  %-13s %6s %9s %7s %9s %10s %9s %9s %9s %9s %10s %8s %8s %8s" % (
         "config", "rate", "target s", "ratio", "samples", "us/sample", "stops/s", "stops/smp", "service",
-        "camlheap", "peak RSS", "attach"))
+        "camlheap", "peak RSS", "attach", "stated", "measured"))
     for cname, r, _ in confs:
         key = (cname, r)
         if cname == "memprof":
@@ -134,10 +140,11 @@ def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False, only
         smp = statistics.median(x["samples"] for x in ns)
         stops = statistics.median(x["stops"] for x in ns)
         per = (tgt - base) / smp * 1e6 if smp >= 100 else float("nan")  # too few samples to divide by
-        print("  %-13s %6s %9.3f %7.3f %9d %10.1f %9.0f %9.2f %7.1f us %7.3f s %6.1f MiB %6.3f s" % (
+        print("  %-13s %6s %9.3f %7.3f %9d %10.1f %9.0f %9.2f %7.1f us %7.3f s %6.1f MiB %6.3f s %6.3f s %6.3f s" % (
             cname, r, tgt, tgt / base, smp, per, stops / tgt if tgt else 0, stops / smp if smp else 0.0,
             statistics.median(x["service"] for x in ns), statistics.median(x["cpu"] for x in ns),
-            max(x["rss"] for x in ns), statistics.median(x["attach"] for x in ns)))
+            max(x["rss"] for x in ns), statistics.median(x["attach"] for x in ns),
+            statistics.median(x["paid"] for x in ns), tgt - base))
     spread = (max(plain) - min(plain)) / base
     print("  (plain runs spread %.1f %% of the median: ratios closer to 1 than that are noise)" % (100 * spread))
 
@@ -469,6 +476,12 @@ def bench_serve_attach(n):
           % (n, len(v), statistics.median(v) if v else float("nan"), v[-1] if v else float("nan"),
              "" if len(v) == n else " (the rest not within 120 s)"))
 
+def bench_idiom(kernel):
+    bench("List.length (List.init 5000 string_of_int), 6 000 times (cdeep init; C code allocating deep in a "
+          "recursion)", [chtest.fixture("cdeep"), "init", "n=6000"], kernel=kernel,
+          only=("observe", "ptrace", "kernel"))
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
@@ -493,10 +506,14 @@ def main():
     if os.environ.get("BENCH_ONLY") == "attach":
         bench_attach()
         return
+    if os.environ.get("BENCH_ONLY") == "idiom":
+        bench_idiom(kernel)
+        return
     bench("alloc_minor fixture (minor allocations: 3:1 OCaml sites + a C site)",
           [chtest.fixture("alloc_minor"), "ratio", "c", "n=4000000"],
           memprof_arg=lambda r: ["memprof=" + r, "null"], kernel=kernel)
     bench("bench_major fixture (direct major allocations)", [chtest.fixture("bench_major")], kernel=kernel)
+    bench_idiom(kernel)
     d, clean = ocamlopt_workdir()
     bench("ocamlopt.opt -g -c big.ml (Debian 4.13.1, generated module; no in-process memprof possible)",
           ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d, before=clean, kernel=kernel)

@@ -319,3 +319,36 @@ def test_c_allocations_deep_in_a_recursion_trap_once_a_sample():
     minor = rep.minor()
     assert minor and minor["missed"] == 0 and minor["samples"] > 5000, rep.header.get("minor")
     assert minor["traps"] <= 3 * minor["samples"], rep.header.get("minor")
+
+
+def test_overhead_figure_counts_every_probe_hit_and_stop():
+    """The overhead the report states is what the target's threads paid:
+    the kernel's count of the probes' BPF runs (bpf_prog_info run_cnt and
+    run_time_ns), each hit's trap as calibrated on this kernel
+    (collect/probe_cost.c: an emulated entry, a single-stepped one, a
+    uretprobe's return, each dearer than nothing and the single-step dearer
+    than the emulation), and each ptrace stop from the probe's request to
+    the resumption (so no shorter than the executor's service of it).  Every
+    dispatch trap is two hits at least (its entry and return probes),
+    each paying at least an emulated trap and the return one; the
+    recording file keeps the figures (`camlheap report` renders them)."""
+    import json
+    d = tmpdir()
+    ctf, js, txt = (os.path.join(d, f) for f in ("run.ctf", "r.json", "r.txt"))
+    rc, so, se = chtest.run_record(["--rate", "1e-4", "-o", ctf], [fixture("cdeep"), "n=100"])
+    assert rc == 0, se
+    for fmt, path in (("json", js), ("text", txt)):
+        p = subprocess.run([CAMLHEAP, "report", ctf, "--format", fmt, "-o", path], stderr=subprocess.PIPE, timeout=60)
+        assert p.returncode == 0, p.stderr
+    run = json.load(open(js))["run"]
+    o, minor, ex = run["overhead"], run["minor"], run["ptrace"]
+    t = o["trap_us"]
+    assert o["counted"] and 0 < t["emulated"] < t["single_stepped"] and t["return"] > 0, o
+    assert o["probe_hits"] >= 2 * minor["traps"] > 0, (o, minor)
+    assert o["trap_s"] >= 0.99e-6 * minor["traps"] * (t["emulated"] + t["return"]), (o, minor)
+    assert o["trap_s"] <= 1.01e-6 * o["probe_hits"] * (t["single_stepped"] + t["return"]), o
+    assert o["bpf_s"] > 0 and ex["stops"] > 0 and o["stopped_s"] == ex["stopped_s"] >= ex["service_s"] > 0, (o, ex)
+    assert abs(o["total_s"] - (o["bpf_s"] + o["trap_s"] + o["stopped_s"])) < 1e-6, o
+    line = [l for l in open(txt) if l.startswith("overhead ")]
+    assert line and re.match(r"overhead +the target paid [0-9.]+ s \([0-9.]+ %% of the [0-9.]+ s recorded\): %d probe "
+                             r"hits, their traps [0-9.]+ s \(as calibrated" % o["probe_hits"], line[0]), line

@@ -247,6 +247,7 @@ static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_vi
 		}
 		if (!sigurg_usable(task))
 			return;
+		req.stamp_ns = bpf_ktime_get_ns();
 		if (bpf_map_update_elem(&write_req, &tid, &req, BPF_ANY))
 			return;
 		if (bpf_send_signal_thread(CH_SIGURG)) {

@@ -277,6 +277,7 @@ static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_doma
 		req.restore_addr = v->cs + CH_OCAML5_ACTION_PENDING;
 		req.restore_value = restore->action_pending;
 	}
+	req.stamp_ns = bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&write_req, &tid, &req, BPF_ANY))
 		return;
 	if (bpf_send_signal_thread(CH_SIGURG)) {

@@ -345,6 +345,7 @@ static int run_attach(struct run *r)
 	int ret;
 
 	phase(r, "plan");
+	probe_cost_stats_on();
 	ret = sampler_open(&r->cfg, t->ft, record_on_event, in, &r->smp, r->msg, sizeof(r->msg));
 	if (ret < 0)
 		return ret;
@@ -527,18 +528,7 @@ static void run_detach(struct run *r)
 
 		ptexec_stop(r->px);
 		ptexec_stats(r->px, &ps);
-		m->exec_stops = ps.stops;
-		m->exec_writes = ps.writes;
-		m->exec_stale = ps.stale;
-		m->exec_pending = ps.pending;
-		m->exec_errors = ps.write_errors;
-		m->exec_passed_signals = ps.passed_signals;
-		m->exec_service_s = ps.service_s;
-		m->exec_freezes = ps.freezes;
-		m->exec_freeze_timeouts = ps.freeze_timeouts;
-		m->exec_rechecks = ps.rechecks;
-		m->exec_in_flight = ps.in_flight;
-		m->exec_reinterrupts = ps.reinterrupts;
+		record_copy_exec_stats(m, &ps);
 		if (ptexec_exited(r->px, &r->status))
 			r->reaped = t->launched;
 	}
@@ -548,6 +538,7 @@ static void run_detach(struct run *r)
 	sampler_consume(r->smp);
 	m->fates_drained = (uint64_t)sampler_drain_fates(r->smp);
 	sampler_counters(r->smp, m->counters);
+	record_fill_overhead(m, in);
 	for (size_t i = 0; i < t->mods.n; i++)
 		m->plugins += !t->mods.v[i].is_exe && t->mods.v[i].ft;
 	m->unreadable_files = t->mods.unreadable;
@@ -599,7 +590,7 @@ static void run_finish_serve(struct run *r)
 	struct intake *in = &r->intake;
 	char why[8300];
 
-	record_serve_stats_from(in, r->meta.counters, r->smp, r->meta.exec_stops, r->meta.exec_service_s);
+	record_serve_stats_from(in, &r->meta);
 	in->px = NULL; /* its figures are in meta now */
 	in->smp = NULL;
 	in->meta = &r->meta;

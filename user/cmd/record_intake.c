@@ -226,10 +226,10 @@ static void snapshot_meta(struct intake *in, struct report_meta *m, const char *
 		struct ptexec_stats ps;
 
 		ptexec_stats(in->px, &ps);
-		m->exec_stops = ps.stops;
-		m->exec_writes = ps.writes;
-		m->exec_service_s = ps.service_s;
+		record_copy_exec_stats(m, &ps);
 	}
+	if (in->smp)
+		record_fill_overhead(m, in);
 }
 
 /* Write a heap profile (pprof, default type inuse_space), an allocation
@@ -356,31 +356,73 @@ static void serve_command(struct intake *in)
 }
 
 /* Figures for the service's /metrics and /targets: every second, and once
- * more at the end (`c`: the BPF counters, `smp`: for the BPF run time). */
-void record_serve_stats_from(struct intake *in, const uint64_t c[CH_CNT__COUNT], struct sampler *smp, uint64_t stops,
-			     double service_s)
+ * more at the end. */
+void record_serve_stats_from(struct intake *in, const struct report_meta *m)
 {
+	const uint64_t *c = m->counters;
+
 	serve_send(in,
 		   "stats samples=%llu weighted=%llu events=%llu dropped=%llu stops=%llu shift=%u bpf_ns=%llu "
-		   "exec_ns=%llu cpu_ns=%llu live=%llu rss_kib=%llu heap_words=%llu",
+		   "trap_ns=%llu exec_ns=%llu cpu_ns=%llu live=%llu rss_kib=%llu heap_words=%llu",
 		   (unsigned long long)(c[CH_CNT_SAMPLES] + c[CH_CNT_DROPPED_SAMPLES]),
 		   (unsigned long long)in->prof->samples, (unsigned long long)c[CH_CNT_EVENTS],
-		   (unsigned long long)c[CH_CNT_DROPPED], (unsigned long long)stops, in->shift,
-		   (unsigned long long)sampler_bpf_run_ns(smp), (unsigned long long)(service_s * 1e9),
+		   (unsigned long long)c[CH_CNT_DROPPED], (unsigned long long)m->exec_stops, in->shift,
+		   (unsigned long long)(m->probe_bpf_s * 1e9), (unsigned long long)(m->probe_trap_s * 1e9),
+		   (unsigned long long)(m->exec_stopped_s * 1e9),
 		   (unsigned long long)(record_self_cpu_s(NULL) * 1e9), (unsigned long long)in->prof->live_samples,
 		   (unsigned long long)(in->res_valid ? in->res.rss_kib : 0),
 		   (unsigned long long)(in->res_valid ? in->res.heap_words : 0));
 }
 
+void record_copy_exec_stats(struct report_meta *m, const struct ptexec_stats *ps)
+{
+	m->exec_stops = ps->stops;
+	m->exec_writes = ps->writes;
+	m->exec_stale = ps->stale;
+	m->exec_pending = ps->pending;
+	m->exec_errors = ps->write_errors;
+	m->exec_passed_signals = ps->passed_signals;
+	m->exec_service_s = ps->service_s;
+	m->exec_stopped_s = ps->stopped_s;
+	m->exec_freezes = ps->freezes;
+	m->exec_freeze_timeouts = ps->freeze_timeouts;
+	m->exec_rechecks = ps->rechecks;
+	m->exec_in_flight = ps->in_flight;
+	m->exec_reinterrupts = ps->reinterrupts;
+}
+
+void record_fill_overhead(struct report_meta *m, struct intake *in)
+{
+	struct probe_cost pc;
+
+	if (!in->trap_tried) {
+		char err[512];
+
+		in->trap_tried = true;
+		if (trap_cost_calibrate(&in->trap, err, sizeof(err)) < 0 && getenv("CAMLHEAP_DEBUG"))
+			fprintf(stderr, "camlheap: the trap cost is not calibrated: %s\n", err);
+	}
+	sampler_probe_cost(in->smp, &in->trap, &pc);
+	m->overhead_counted = pc.counted;
+	m->probe_hits = pc.hits;
+	m->probe_bpf_s = (double)pc.bpf_ns * 1e-9;
+	m->probe_trap_s = pc.trap_s;
+	m->trap_emulated_us = in->trap.valid ? in->trap.emulated_ns * 1e-3 : 0;
+	m->trap_stepped_us = in->trap.valid ? in->trap.stepped_ns * 1e-3 : 0;
+	m->trap_return_us = in->trap.valid ? in->trap.return_ns * 1e-3 : 0;
+}
+
 static void serve_stats(struct intake *in)
 {
-	uint64_t c[CH_CNT__COUNT];
+	struct report_meta m = { 0 };
 	struct ptexec_stats ps = { 0 };
 
-	sampler_counters(in->smp, c);
+	sampler_counters(in->smp, m.counters);
 	if (in->px)
 		ptexec_stats(in->px, &ps);
-	record_serve_stats_from(in, c, in->smp, ps.stops, ps.service_s);
+	record_copy_exec_stats(&m, &ps);
+	record_fill_overhead(&m, in);
+	record_serve_stats_from(in, &m);
 }
 
 /* The service worker's and the budget's part of one turn of the loop. */

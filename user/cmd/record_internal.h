@@ -15,6 +15,7 @@
 #include "cmd/record.h"
 #include "cmd/serve.h"
 #include "cmd/top.h"
+#include "collect/probe_cost.h"
 #include "collect/resident.h"
 #include "output/report.h"
 #include "profile/profile.h"
@@ -22,6 +23,7 @@
 
 struct sampler;
 struct ptexec;
+struct ptexec_stats;
 struct recording;
 
 /* The state of a recording while the target runs. */
@@ -74,6 +76,10 @@ struct intake {
 	char memtrace_off[256];    /* why the view's memtrace key cannot write (in->rec is NULL) */
 	bool top_quit;
 	int top_refreshes;
+	/* what the target pays for the probes: a trap's cost, calibrated once
+	 * (record_fill_overhead) */
+	struct trap_cost trap;
+	bool trap_tried;
 };
 
 /* A wait status as an exit status: the command's, or 128 + its signal. */
@@ -154,11 +160,18 @@ void record_write_periodic(struct intake *in, const char *tag, const char *reaso
  * service. */
 void record_trace_finish(struct intake *in, const char *reason);
 
-/* A service worker's figures to the service, from counters `c` (enum
- * ch_counter), the sampler and the ptrace executor's stops and service
- * time (seconds). */
-void record_serve_stats_from(struct intake *in, const uint64_t c[CH_CNT__COUNT], struct sampler *smp, uint64_t stops,
-			     double service_s);
+/* A service worker's figures to the service, from `m`: its counters, the
+ * ptrace executor's stops and what the target paid (record_fill_overhead). */
+void record_serve_stats_from(struct intake *in, const struct report_meta *m);
+
+/* The ptrace executor's figures `ps` into m's exec_* fields. */
+void record_copy_exec_stats(struct report_meta *m, const struct ptexec_stats *ps);
+
+/* What the target has paid for the probes so far into m (probe_hits,
+ * probe_bpf_s, probe_trap_s, trap_*_us, overhead_counted), from in->smp's
+ * programs; the trap's cost is calibrated on the first call
+ * (trap_cost_calibrate, ~20-200 ms). */
+void record_fill_overhead(struct report_meta *m, struct intake *in);
 
 /* camlheap top's callbacks (top.h struct top_source; ctx: the intake). */
 void record_top_status_cb(void *ctx, struct top_status *st);

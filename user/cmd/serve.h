@@ -23,8 +23,11 @@
  *                                     weighted (samples at lambda they stand
  *                                     for), events, dropped, stops (ptrace
  *                                     executor), shift, bpf_ns (time in BPF
- *                                     programs), exec_ns (threads stopped for
- *                                     the executor), cpu_ns (the worker's own)
+ *                                     programs), trap_ns (in the traps of
+ *                                     the probe hits, collect/probe_cost.h),
+ *                                     exec_ns (threads stopped for the
+ *                                     executor, trap to resumption), cpu_ns
+ *                                     (the worker's own)
  *     "wrote PATH"                    a periodic file is complete
  *     "done ID 0" | "done ID ERRNO MESSAGE"  a snap or trace finished
  */

@@ -381,8 +381,8 @@ static GString *metrics_text(void)
 		{ "camlheap_executor_stops_total", "counter", "Stops of the process's threads by the ptrace executor." },
 		{ "camlheap_executor_stops_per_second", "gauge", "Ptrace executor stops per second, over the last second." },
 		{ "camlheap_overhead_seconds_total", "counter",
-		  "Time the process spent in camlheap's BPF programs and stopped for its executor, seconds "
-		  "(uprobe trap entry not included)." },
+		  "Time the process paid for camlheap, seconds: in its BPF programs, in the traps of its uprobe hits "
+		  "(each hit's trap as calibrated on this kernel) and stopped for its executor (trap to resumption)." },
 		{ "camlheap_overhead_ratio", "gauge", "camlheap_overhead_seconds_total per second, over the last second." },
 		{ "camlheap_worker_cpu_seconds_total", "counter", "CPU time of the process's camlheap worker." },
 		{ "camlheap_live_bytes_estimate", "gauge", "Estimated bytes of the blocks sampled since attach that are still alive." },
@@ -443,7 +443,7 @@ static GString *metrics_text(void)
 			case 4: v = w->shift; break;
 			case 5: v = (double)w->stops; break;
 			case 6: v = w->stop_rate; break;
-			case 7: v = (double)(w->bpf_ns + w->exec_ns) * 1e-9; break;
+			case 7: v = (double)(w->bpf_ns + w->trap_ns + w->exec_ns) * 1e-9; break;
 			case 8: v = w->overhead_ratio; break;
 			case 9: v = (double)w->cpu_ns * 1e-9; break;
 			case 10: v = w->lambda > 0 ? (double)w->live / w->lambda * 8.0 : 0; break;

@@ -50,7 +50,7 @@ struct worker {
 	bool detached;          /* stopped by a reload (no longer a process of its target) */
 	double budget_sent;     /* -1: none sent */
 	/* figures from the last two "stats" messages */
-	uint64_t samples, weighted, events, dropped, stops, bpf_ns, exec_ns, cpu_ns, live, rss_kib, heap_words;
+	uint64_t samples, weighted, events, dropped, stops, bpf_ns, trap_ns, exec_ns, cpu_ns, live, rss_kib, heap_words;
 	unsigned shift;
 	double stats_at;
 	double sample_rate, stop_rate, overhead_ratio;

@@ -230,12 +230,12 @@ static void on_stats(struct worker *w, const char *msg)
 {
 	double t = now_mono(), dt = w->stats_at > 0 ? t - w->stats_at : 0;
 	uint64_t samples = kv(msg, "samples"), stops = kv(msg, "stops");
-	uint64_t over = kv(msg, "bpf_ns") + kv(msg, "exec_ns");
+	uint64_t over = kv(msg, "bpf_ns") + kv(msg, "trap_ns") + kv(msg, "exec_ns");
 
 	if (dt > 0.2) {
 		w->sample_rate = (double)(samples - w->samples) / dt;
 		w->stop_rate = (double)(stops - w->stops) / dt;
-		w->overhead_ratio = (double)(over - (w->bpf_ns + w->exec_ns)) * 1e-9 / dt;
+		w->overhead_ratio = (double)(over - (w->bpf_ns + w->trap_ns + w->exec_ns)) * 1e-9 / dt;
 	}
 	w->samples = samples;
 	w->stops = stops;
@@ -244,6 +244,7 @@ static void on_stats(struct worker *w, const char *msg)
 	w->dropped = kv(msg, "dropped");
 	w->shift = (unsigned)kv(msg, "shift");
 	w->bpf_ns = kv(msg, "bpf_ns");
+	w->trap_ns = kv(msg, "trap_ns");
 	w->exec_ns = kv(msg, "exec_ns");
 	w->cpu_ns = kv(msg, "cpu_ns");
 	w->live = kv(msg, "live");

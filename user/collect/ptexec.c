@@ -54,6 +54,7 @@ struct ptexec {
 	pthread_t *spinners;
 	size_t nspinners;
 	volatile int spin_stop;
+	uint64_t stamp_ns; /* the stamp of the request serve_write served last */
 	struct ptexec_stats st;
 };
 
@@ -63,6 +64,16 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A stop served and its thread resumed: its length as the target paid it,
+ * from the probe's stamp (bpf_ktime_get_ns, the same clock) to now. */
+static void stop_ended(struct ptexec *x)
+{
+	double stamp = (double)x->stamp_ns * 1e-9, now = now_s();
+
+	if (x->stamp_ns && now > stamp)
+		x->st.stopped_s += now - stamp;
 }
 
 static bool tid_known(const struct ptexec *x, pid_t t)
@@ -267,6 +278,7 @@ static bool serve_write(struct ptexec *x, pid_t t)
 	if (bpf_map_lookup_and_delete_elem(x->req_fd, &key, &req) < 0)
 		return false;
 	x->st.stops++;
+	x->stamp_ns = req.stamp_ns;
 	if (req.recheck)
 		serve_recheck(x, &req);
 	else if (req.freeze && !freeze_others(x, t))
@@ -369,6 +381,7 @@ static void serve(struct ptexec *x)
 		case 0: /* signal-delivery-stop */
 			if (sig == SIGURG && serve_write(x, t)) {
 				ptrace(PTRACE_CONT, t, 0, 0);
+				stop_ended(x);
 			} else {
 				x->st.passed_signals++;
 				ptrace(PTRACE_CONT, t, 0, (void *)(long)sig);
@@ -454,9 +467,13 @@ static void drain(struct ptexec *x)
 		ev = status >> 16;
 		key = (__u32)t;
 		if (ev == 0) {
-			if (sig == SIGURG && serve_write(x, t))
+			bool served = sig == SIGURG && serve_write(x, t);
+
+			if (served)
 				sig = 0;
 			ptrace(PTRACE_DETACH, t, 0, (void *)(long)sig);
+			if (served)
+				stop_ended(x);
 			tid_remove(x, t);
 		} else if (ev == PTRACE_EVENT_STOP) {
 			if (x->req_fd >= 0 && bpf_map_lookup_elem(x->req_fd, &key, &req) == 0 &&

@@ -40,6 +40,9 @@ struct ptexec_stats {
 	uint64_t in_flight;      /* OCaml 5: not written, an interrupt's flag was up */
 	uint64_t reinterrupts;   /* OCaml 5: UINTNAT_MAX stored after a write, a flag went up meanwhile */
 	double service_s;        /* time spent between a stop's report and its resumption */
+	double stopped_s;        /* the stops as the target paid them: from the probe's request (its
+				  * bpf_ktime_get_ns stamp, inside the trap) to the PTRACE_CONT that
+				  * resumed the thread, seconds; the thread's wake-up after it is not in it */
 };
 
 /* Launch argv[] (as proc_launch, proc.h) with the executor's thread as its

@@ -404,6 +404,8 @@ static int sampler_attach_runtime(struct sampler *s, pid_t pid, const struct oca
 			sampler_detach(s);
 			return -e;
 		}
+		sampler_add_site(s, bpf_program__fd(progs[i]), rt->probes[i].file_offset, rt->probes[i].retprobe,
+				 rt->probes[i].emulated, false);
 		/* test knob: a slow attach (a loaded machine) made on purpose */
 		if (getenv("CAMLHEAP_ATTACH_DELAY_MS"))
 			usleep((useconds_t)atoi(getenv("CAMLHEAP_ATTACH_DELAY_MS")) * 1000);
@@ -455,6 +457,7 @@ static int sampler_attach_malloc(struct sampler *s, pid_t pid, char *err, size_t
 			sampler_detach(s);
 			return -e;
 		}
+		sampler_add_site(s, bpf_program__fd(prog), off, ret, mp->emulated, true);
 	}
 	return 0;
 }
@@ -467,6 +470,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 
 	if (ret < 0)
 		return ret;
+	s->nsites = 0;
 	s->exec_link = bpf_program__attach(s->skel->progs.on_exec);
 	if (!s->exec_link) {
 		int e = errno;

@@ -42,7 +42,22 @@ struct sampler {
 	bool last_proc_valid;
 	pid_t last_pid;
 	int holder_fd;          /* write end of the holder's pipe, or -1 */
+	/* the uprobe sites attached, for their cost (probe_cost.c) */
+	struct sampler_site {
+		int prog_fd;
+		uint64_t file_offset; /* in the executable, or in libc (libc) */
+		bool retprobe, emulated, libc;
+	} sites[OCAML_PROBE__COUNT + 2 * CH_MFN__COUNT];
+	unsigned nsites;
 };
+
+/* Note an attached site (sampler.c). */
+static inline void sampler_add_site(struct sampler *s, int prog_fd, uint64_t file_offset, bool retprobe, bool emulated,
+				    bool libc)
+{
+	if (s->nsites < sizeof(s->sites) / sizeof(s->sites[0]))
+		s->sites[s->nsites++] = (struct sampler_site){ prog_fd, file_offset, retprobe, emulated, libc };
+}
 
 /* sampler_plan.c.  The program of each runtime probe (NULL: none) into
  * progs[OCAML_PROBE__COUNT]. */

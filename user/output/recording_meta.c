@@ -74,6 +74,14 @@ static const struct {
 	F("exec_errors", M_U64, exec_errors),
 	F("exec_passed_signals", M_U64, exec_passed_signals),
 	F("exec_service_s", M_DBL, exec_service_s),
+	F("exec_stopped_s", M_DBL, exec_stopped_s),
+	F("overhead_counted", M_BOOL, overhead_counted),
+	F("probe_hits", M_U64, probe_hits),
+	F("probe_bpf_s", M_DBL, probe_bpf_s),
+	F("probe_trap_s", M_DBL, probe_trap_s),
+	F("trap_emulated_us", M_DBL, trap_emulated_us),
+	F("trap_stepped_us", M_DBL, trap_stepped_us),
+	F("trap_return_us", M_DBL, trap_return_us),
 #undef F
 };
 

@@ -50,6 +50,16 @@ struct report_meta {
 	uint64_t exec_in_flight;       /* OCaml 5: writes not made, an interrupt's flag was up */
 	uint64_t exec_reinterrupts;    /* OCaml 5: interrupts put back (UINTNAT_MAX) after a write */
 	double exec_service_s;         /* time the stopped threads waited for the executor, seconds */
+	double exec_stopped_s;         /* the stops as the target paid them, trap to resumption, seconds */
+	/* What the target's threads paid for the probes (collect/probe_cost.h):
+	 * overhead_counted: the kernel counted the programs' runs (BPF
+	 * statistics on); trap_*_us: a hit's trap as calibrated on this kernel
+	 * (0: not calibrated) */
+	bool overhead_counted;
+	uint64_t probe_hits;           /* BPF program runs at the target's probes */
+	double probe_bpf_s;            /* their run time, seconds */
+	double probe_trap_s;           /* the traps of those hits, seconds */
+	double trap_emulated_us, trap_stepped_us, trap_return_us;
 	const char *end_reason;        /* "target exited with status 0", "duration elapsed", ... */
 	double duration_s;             /* recording time, seconds */
 	double attach_s;               /* from start to probes attached, seconds */

@@ -54,6 +54,28 @@ static void json_ptrace(JsonBuilder *jb, const struct report_meta *m)
 	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
 		json_member_int(jb, fields[i].name, (int64_t) * (const uint64_t *)((const char *)m + fields[i].off));
 	json_member_double(jb, "service_s", m->exec_service_s);
+	json_member_double(jb, "stopped_s", m->exec_stopped_s);
+	json_builder_end_object(jb);
+}
+
+/* "run"'s "overhead": what the target paid (collect/probe_cost.h). */
+static void json_overhead(JsonBuilder *jb, const struct report_meta *m)
+{
+	json_builder_set_member_name(jb, "overhead");
+	json_builder_begin_object(jb);
+	json_builder_set_member_name(jb, "counted");
+	json_builder_add_boolean_value(jb, m->overhead_counted);
+	json_member_int(jb, "probe_hits", (int64_t)m->probe_hits);
+	json_member_double(jb, "bpf_s", m->probe_bpf_s);
+	json_member_double(jb, "trap_s", m->probe_trap_s);
+	json_member_double(jb, "stopped_s", m->exec_stopped_s);
+	json_member_double(jb, "total_s", m->probe_bpf_s + m->probe_trap_s + m->exec_stopped_s);
+	json_builder_set_member_name(jb, "trap_us");
+	json_builder_begin_object(jb);
+	json_member_double(jb, "emulated", m->trap_emulated_us);
+	json_member_double(jb, "single_stepped", m->trap_stepped_us);
+	json_member_double(jb, "return", m->trap_return_us);
+	json_builder_end_object(jb);
 	json_builder_end_object(jb);
 }
 
@@ -90,6 +112,8 @@ static void json_run(JsonBuilder *jb, const struct profile *p, const struct repo
 	}
 	if (!strcmp(m->executor, "ptrace"))
 		json_ptrace(jb, m);
+	if (!m->foreign)
+		json_overhead(jb, m);
 	json_member_int(jb, "start_unix_ns", m->start_unix_ns);
 	json_member_double(jb, "duration_s", m->duration_s);
 	json_member_double(jb, "attach_s", m->attach_s);

@@ -237,6 +237,37 @@ static void report_window_line(FILE *out, const struct report_meta *m)
 			     "sampled\n");
 }
 
+/* What the target paid: its threads' time in the probes' traps and BPF
+ * programs and stopped for the executor (collect/probe_cost.h). */
+static void text_overhead_line(FILE *out, const struct report_meta *m, uint64_t hits)
+{
+	double total = m->probe_bpf_s + m->probe_trap_s + m->exec_stopped_s;
+
+	if (!m->overhead_counted) {
+		fprintf(out,
+			"overhead    not counted (the kernel's BPF run-time statistics could not be turned on); the "
+			"target took %" PRIu64 " probe hit%s at least\n",
+			hits, report_plural(hits));
+		return;
+	}
+	fprintf(out, "overhead    the target paid %.2f s", total);
+	if (m->duration_s > 0)
+		fprintf(out, " (%.1f %% of the %.1f s recorded)", total * 100 / m->duration_s, m->duration_s);
+	fprintf(out, ": %" PRIu64 " probe hit%s, ", m->probe_hits, report_plural(m->probe_hits));
+	if (m->trap_emulated_us > 0 || m->trap_stepped_us > 0)
+		fprintf(out,
+			"their traps %.2f s (as calibrated on this kernel: %.1f us emulated, %.1f us single-stepped, "
+			"+%.1f us a return), ",
+			m->probe_trap_s, m->trap_emulated_us, m->trap_stepped_us, m->trap_return_us);
+	else
+		fprintf(out, "their traps not calibrated, ");
+	fprintf(out, "BPF programs %.2f s", m->probe_bpf_s);
+	if (m->exec_stops)
+		fprintf(out, "; %" PRIu64 " ptrace stop%s %.2f s (%.0f us each, trap to resumption)", m->exec_stops,
+			report_plural(m->exec_stops), m->exec_stopped_s, m->exec_stopped_s * 1e6 / (double)m->exec_stops);
+	fputc('\n', out);
+}
+
 static void text_run_lines(FILE *out, const struct profile *p, const struct report_meta *m, uint64_t hits)
 {
 	const uint64_t *c = m->counters;
@@ -262,10 +293,8 @@ static void text_run_lines(FILE *out, const struct profile *p, const struct repo
 	fprintf(out, "sampler     %s; %u/%u probes on emulated instructions%s%s; %u Dynlink plugin%s\n",
 		m->sampler_mode, m->probes_emulated, m->probes_total, m->probe_links ? ", as " : "",
 		m->probe_links ? m->probe_links : "", m->plugins, report_plural(m->plugins));
-	fprintf(out,
-		"profiler    camlheap used %.2f s of CPU, peak RSS %.1f MiB; the target took %" PRIu64
-		" probe hit%s (~1 us each, more for samples with deep stacks)\n",
-		m->cpu_s, m->max_rss_mib, hits, report_plural(hits));
+	fprintf(out, "profiler    camlheap used %.2f s of CPU, peak RSS %.1f MiB\n", m->cpu_s, m->max_rss_mib);
+	text_overhead_line(out, m, hits);
 	}
 }
 
