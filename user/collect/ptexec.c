@@ -603,20 +603,24 @@ static void *executor_main(void *arg)
 			snprintf(x->err, sizeof(x->err), "cannot open %s: %s", path, strerror(errno));
 		}
 	}
-	set_phase(x, PH_READY);
-	if (wait_phase_change(x, PH_READY) == PH_RUN && x->result == 0) {
+	if (x->result == 0) {
 		/* The target waits in its stop until this thread has written:
 		 * at a lower priority than the target's (camlheap niced), it
 		 * would pass camlheap's niceness on to the target; at a higher
 		 * one (the attach's, PROC_ATTACH_NICE, which a thread created
 		 * during the attach inherits) it would take CPU from it.  This
 		 * thread takes the target's priority (a nice value per thread,
-		 * setpriority(2) NOTES; raising it needs CAP_SYS_NICE). */
+		 * setpriority(2) NOTES; raising it needs CAP_SYS_NICE) before it
+		 * says it is ready: once the attach ends, no thread of camlheap
+		 * waits for the scheduler to leave the attach's priority. */
 		errno = 0;
 		int target_nice = getpriority(PRIO_PROCESS, (id_t)x->pid);
 
 		if (errno == 0 && getpriority(PRIO_PROCESS, 0) != target_nice)
 			setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), target_nice);
+	}
+	set_phase(x, PH_READY);
+	if (wait_phase_change(x, PH_READY) == PH_RUN && x->result == 0) {
 		if (x->launched) {
 			/* leave the exec stop, now following clones */
 			ptrace(PTRACE_SETOPTIONS, x->pid, 0, (void *)(long)(PTRACE_O_TRACECLONE | PTRACE_O_TRACEEXEC));
