@@ -213,9 +213,11 @@ void sampler_probe_cost(const struct sampler *s, const struct trap_cost *tc, str
 		if (bpf_obj_get_info_by_fd(s->sites[i].prog_fd, &info, &len))
 			continue;
 		/* the dearest site the program sits on */
-		for (unsigned j = i; tc && tc->valid && j < s->nsites; j++)
-			if (s->sites[j].prog_fd == s->sites[i].prog_fd && site_trap_ns(s, j, tc) > trap)
-				trap = site_trap_ns(s, j, tc);
+		for (unsigned j = i; tc && tc->valid && j < s->nsites; j++) {
+			double t = s->sites[j].prog_fd == s->sites[i].prog_fd ? site_trap_ns(s, j, tc) : 0;
+
+			trap = t > trap ? t : trap;
+		}
 		out->hits += info.run_cnt;
 		out->bpf_ns += info.run_time_ns;
 		out->trap_s += (double)info.run_cnt * trap * 1e-9;

@@ -733,22 +733,3 @@ int sampler_set_rate_shift(struct sampler *s, unsigned shift)
 	__atomic_store_n(&s->skel->bss->rate_shift, shift, __ATOMIC_RELAXED);
 	return 0;
 }
-
-uint64_t sampler_bpf_run_ns(const struct sampler *s)
-{
-	struct bpf_program *prog;
-	uint64_t sum = 0;
-
-	if (!s || !s->skel)
-		return 0;
-	bpf_object__for_each_program(prog, s->skel->obj) {
-		struct bpf_prog_info info;
-		__u32 len = sizeof(info);
-		int fd = bpf_program__fd(prog);
-
-		memset(&info, 0, sizeof(info));
-		if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0)
-			sum += info.run_time_ns;
-	}
-	return sum;
-}

@@ -163,12 +163,6 @@ void sampler_close(struct sampler *s);
  * (no sampler) or -ERANGE. */
 int sampler_set_rate_shift(struct sampler *s, unsigned shift);
 
-/* Time the target's threads have spent in this sampler's BPF programs, in
- * ns, as the kernel counts it (bpf_prog_info.run_time_ns); 0 unless
- * run-time statistics are enabled (kernel.bpf_stats_enabled, or a
- * BPF_ENABLE_STATS descriptor held by any process). */
-uint64_t sampler_bpf_run_ns(const struct sampler *s);
-
 /* Fill pool[n] with draws from the geometric law of parameter `rate`
  * (support 1, 2, ...; mean 1/rate), as memprof.c's rand_geom, stratified:
  * draw i inverts a uniform taken in the i-th of n equal strata of (0,1), so
