@@ -15,32 +15,29 @@
 #include "collect/sampler_internal.h"
 #include "trapcost.skel.h"
 
-/* The calibration's probe sites, in camlheap's own text: an entry the
- * kernel emulates (push, as most of the runtime's probed instructions
- * are: target/ocaml_runtime.c plan_probe_over) and one it single-steps
+/* The calibration's probe sites, in camlheap's own text: the same code
+ * (push, as most of the runtime's probed instructions are:
+ * target/ocaml_runtime.c plan_probe_over) unprobed, under an entry probe
+ * the kernel emulates and under a uretprobe, and an entry it single-steps
  * (sub $imm8,%rsp, as caml_do_pending_actions_exn's entry in 4.14). */
+#define TRAPCOST_FN(name, insn, undo)                                                                  \
+	".p2align 4\n.globl " name "\n.type " name ", @function\n" name ":\n\t" insn "\n\t" undo       \
+	"\n\tret\n.size " name ", .-" name "\n"
 __asm__(".pushsection .text\n"
-	".p2align 4\n"
-	".globl camlheap_trapcost_emulated\n"
-	".type camlheap_trapcost_emulated, @function\n"
-	"camlheap_trapcost_emulated:\n"
-	"\tpush %rbp\n"
-	"\tpop %rbp\n"
-	"\tret\n"
-	".size camlheap_trapcost_emulated, .-camlheap_trapcost_emulated\n"
-	".p2align 4\n"
-	".globl camlheap_trapcost_stepped\n"
-	".type camlheap_trapcost_stepped, @function\n"
-	"camlheap_trapcost_stepped:\n"
-	"\tsub $8, %rsp\n"
-	"\tadd $8, %rsp\n"
-	"\tret\n"
-	".size camlheap_trapcost_stepped, .-camlheap_trapcost_stepped\n"
+	TRAPCOST_FN("camlheap_trapcost_plain", "push %rbp", "pop %rbp")
+	TRAPCOST_FN("camlheap_trapcost_emulated", "push %rbp", "pop %rbp")
+	TRAPCOST_FN("camlheap_trapcost_return", "push %rbp", "pop %rbp")
+	TRAPCOST_FN("camlheap_trapcost_stepped", "sub $8, %rsp", "add $8, %rsp")
 	".popsection\n");
+void camlheap_trapcost_plain(void);
 void camlheap_trapcost_emulated(void);
+void camlheap_trapcost_return(void);
 void camlheap_trapcost_stepped(void);
 
-enum { BATCHES = 5, BATCH = 200, WARM = 20 };
+/* Rounds of BATCH calls of each site in turn; the costs are the medians of
+ * the rounds' differences, so a drift of the machine's speed between the
+ * sites' timings cancels. */
+enum { ROUNDS = 21, BATCH = 100, WARM = 20, NSITES = 4 };
 
 static double now_ns(void)
 {
@@ -57,22 +54,20 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The median time of a call of fn over BATCHES batches, ns. */
-static double time_calls(void (*volatile fn)(void))
+static double median(double *v, size_t n)
 {
-	double per[BATCHES];
+	qsort(v, n, sizeof(v[0]), cmp_double);
+	return v[n / 2];
+}
 
-	for (int i = 0; i < WARM; i++)
+/* The time of a call of fn, ns, over one batch. */
+static double time_batch(void (*volatile fn)(void))
+{
+	double t0 = now_ns();
+
+	for (int i = 0; i < BATCH; i++)
 		fn();
-	for (int b = 0; b < BATCHES; b++) {
-		double t0 = now_ns();
-
-		for (int i = 0; i < BATCH; i++)
-			fn();
-		per[b] = (now_ns() - t0) / BATCH;
-	}
-	qsort(per, BATCHES, sizeof(per[0]), cmp_double);
-	return per[BATCHES / 2];
+	return (now_ns() - t0) / BATCH;
 }
 
 /* fn's file and offset in it, from /proc/self/maps.  Returns 0 or -ENOENT. */
@@ -115,15 +110,13 @@ static double prog_ns_per_run(const struct bpf_program *prog)
 	return (double)info.run_time_ns / (double)info.run_cnt;
 }
 
-/* A call of fn with prog attached at its entry (retprobe: as a uretprobe),
- * beyond an unprobed call, the program's own run time left out.  Returns
- * the cost in ns, or a negative errno. */
-static double probed_cost(struct bpf_program *prog, bool retprobe, void (*fn)(void), char *err, size_t errlen)
+/* Attach prog at fn's entry (retprobe: as a uretprobe) into *link.
+ * Returns 0, or a negative errno with a message in err. */
+static int attach_self(struct bpf_program *prog, bool retprobe, void (*fn)(void), struct bpf_link **link, char *err,
+		       size_t errlen)
 {
 	char path[4096];
 	uint64_t off = 0;
-	double plain, probed, cost;
-	struct bpf_link *l;
 	int ret = self_site(fn, path, sizeof(path), &off);
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = retprobe);
 
@@ -131,17 +124,18 @@ static double probed_cost(struct bpf_program *prog, bool retprobe, void (*fn)(vo
 		snprintf(err, errlen, "camlheap's own code is not in a file mapping (/proc/self/maps)");
 		return ret;
 	}
-	plain = time_calls(fn);
-	l = bpf_program__attach_uprobe_opts(prog, getpid(), path, off, &opts);
-	if (!l) {
+	*link = bpf_program__attach_uprobe_opts(prog, getpid(), path, off, &opts);
+	if (!*link) {
 		ret = -errno;
 		snprintf(err, errlen, "cannot attach a uprobe to camlheap's own %s: %s", path, strerror(errno));
 		return ret;
 	}
-	probed = time_calls(fn);
-	bpf_link__destroy(l);
-	cost = probed - plain - prog_ns_per_run(prog);
-	return cost > 0 ? cost : 0;
+	return 0;
+}
+
+static double positive(double x)
+{
+	return x > 0 ? x : 0;
 }
 
 int probe_cost_stats_on(void)
@@ -155,8 +149,12 @@ int probe_cost_stats_on(void)
 
 int trap_cost_calibrate(struct trap_cost *out, char *err, size_t errlen)
 {
+	void (*const fn[NSITES])(void) = {camlheap_trapcost_plain, camlheap_trapcost_emulated,
+					  camlheap_trapcost_return, camlheap_trapcost_stepped};
 	struct trapcost_bpf *skel = trapcost_bpf__open_and_load();
-	double emulated, stepped, both;
+	struct bpf_link *link[NSITES] = {NULL};
+	double t[NSITES], emulated[ROUNDS], stepped[ROUNDS], ret_trap[ROUNDS], e_ns, r_ns;
+	int ret = 0;
 
 	memset(out, 0, sizeof(*out));
 	if (!skel) {
@@ -165,19 +163,40 @@ int trap_cost_calibrate(struct trap_cost *out, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot load the calibration's BPF programs: %s", strerror(e));
 		return -e;
 	}
-	emulated = probed_cost(skel->progs.trapcost_entry, false, camlheap_trapcost_emulated, err, errlen);
-	stepped = emulated < 0 ? emulated
-			       : probed_cost(skel->progs.trapcost_entry, false, camlheap_trapcost_stepped, err, errlen);
-	both = stepped < 0 ? stepped
-			   : probed_cost(skel->progs.trapcost_return, true, camlheap_trapcost_emulated, err, errlen);
+	ret = attach_self(skel->progs.trapcost_entry, false, fn[1], &link[1], err, errlen);
+	if (!ret)
+		ret = attach_self(skel->progs.trapcost_return, true, fn[2], &link[2], err, errlen);
+	if (!ret)
+		ret = attach_self(skel->progs.trapcost_entry, false, fn[3], &link[3], err, errlen);
+	for (int r = -1; !ret && r < ROUNDS; r++) {
+		for (int i = 0; i < NSITES; i++) {
+			if (r < 0) { /* warm the caches and the kernel's uprobe state */
+				for (int k = 0; k < WARM; k++)
+					fn[i]();
+				continue;
+			}
+			t[i] = time_batch(fn[i]);
+		}
+		if (r < 0)
+			continue;
+		emulated[r] = t[1] - t[0];
+		ret_trap[r] = t[2] - t[1];
+		stepped[r] = t[3] - t[0];
+	}
+	for (int i = 0; i < NSITES; i++)
+		bpf_link__destroy(link[i]);
+	if (!ret) {
+		/* the programs' own time out: the entry program runs at the emulated and
+		 * single-stepped sites, the return program at the uretprobe's return only */
+		e_ns = prog_ns_per_run(skel->progs.trapcost_entry);
+		r_ns = prog_ns_per_run(skel->progs.trapcost_return);
+		out->emulated_ns = positive(median(emulated, ROUNDS) - e_ns);
+		out->stepped_ns = positive(median(stepped, ROUNDS) - e_ns);
+		out->return_ns = positive(median(ret_trap, ROUNDS) + e_ns - r_ns);
+		out->valid = true;
+	}
 	trapcost_bpf__destroy(skel);
-	if (both < 0)
-		return (int)both;
-	out->emulated_ns = emulated;
-	out->stepped_ns = stepped;
-	out->return_ns = both > emulated ? both - emulated : 0;
-	out->valid = true;
-	return 0;
+	return ret;
 }
 
 /* What a run of the program at site i costs in traps, ns: its entry

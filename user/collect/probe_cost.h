@@ -36,10 +36,13 @@ struct trap_cost {
 	bool valid;
 };
 
-/* Measure *out: an empty BPF program (bpf/trapcost.bpf.c) attached in turn
- * to two functions of camlheap's own and as a uretprobe, each timed over
- * five batches of 200 calls against the same calls unprobed (medians).
- * Takes ~20 ms where a single-step costs 1 us, ~0.2 s at 30 us (a VM).
+/* Measure *out: empty BPF programs (bpf/trapcost.bpf.c) attached at once
+ * to three functions of camlheap's own (an emulated entry, a single-stepped
+ * one, a uretprobe) beside a fourth unprobed, timed in 21 rounds of 100
+ * calls of each in turn; each cost is the median of the rounds'
+ * differences (the uretprobe's return against the emulated entry), so a
+ * change of the machine's speed between timings cancels.  Takes ~10 ms
+ * where a single-step costs 1 us, ~0.1 s at 30 us (a VM).
  * Returns 0, or a negative errno with a message in err (no BPF, the
  * executable's mapping not found). */
 int trap_cost_calibrate(struct trap_cost *out, char *err, size_t errlen);
