@@ -22,10 +22,13 @@ Runs are interleaved (every configuration once, then again ...) so that
 drift in the machine's speed hits every configuration alike; medians of
 REPEAT runs.  Then the census's own cost (bench_census).  Environment:
 REPEAT (default 5), ITEMS (generated module size, default 1000),
-BENCH_ONLY=census, recording, malloc, top, ocaml5 or idiom (only that part).  The
+BENCH_ONLY=census, recording, malloc, top, ocaml5, idiom or real (only that
+part; real runs the idiom too).  The
 idiom part: `List.length (List.init 5000 string_of_int)` 6 000 times (the cdeep
 fixture's init part: C code allocating deep in a recursion), which trapped at
-every allocation of C code before (tests/test_minor.py).  The malloc
+every allocation of C code before (tests/test_minor.py).  The real part
+(bench_real): Debian's coqc and why3 at the default rate 1e-5 (packages it
+installs if missing), REAL_REPEAT runs (default 3).  The malloc
 part: what --malloc costs per libc call (a C stub doing malloc(64)/free
 pairs) and on ocamlopt.opt, against the same recording without it.  The ocaml5 part:
 OCaml 5.3 fixtures (built with tests/toolchains.py) on one, two and four
@@ -80,10 +83,10 @@ def header_numbers(report):
             "stops": int(stops.group(1)) if stops else 0, "service": float(stops.group(2)) if stops else 0.0}
 
 
-def configs(memprof_arg, kernel):
+def configs(memprof_arg, kernel, rates=None):
     """(name, rate, how): how(cmd, report) -> argv."""
     out = []
-    for r in RATES:
+    for r in rates or RATES:
         if memprof_arg:
             out.append(("memprof", r, lambda cmd, rep, r=r: cmd + memprof_arg(r)))
 
@@ -101,12 +104,13 @@ def configs(memprof_arg, kernel):
     return out
 
 
-def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False, only=None):
-    confs = [c for c in configs(memprof_arg, kernel) if only is None or c[0] in only]
+def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False, only=None, rates=None, repeat=None):
+    confs = [c for c in configs(memprof_arg, kernel, rates) if only is None or c[0] in only]
+    repeat = repeat or REPEAT
     plain, times, numbers = [], {}, {}
     d = tempfile.mkdtemp(prefix="camlheap-bench-")
     rep = os.path.join(d, "r.txt")
-    for _ in range(REPEAT):
+    for _ in range(repeat):
         if before:
             before()
         plain.append(timed(cmd, cwd))
@@ -118,7 +122,7 @@ def bench(name, cmd, memprof_arg=None, cwd=None, before=None, kernel=False, only
             if cname != "memprof":
                 numbers.setdefault(key, []).append(header_numbers(rep))
     base = statistics.median(plain)
-    print("\n%s  (median of %d, interleaved; plain %.3f s)" % (name, REPEAT, base))
+    print("\n%s  (median of %d, interleaved; plain %.3f s)" % (name, repeat, base))
     # "target s": the target's own run time (camlheap's report duration:
     # probes attached -> target exit; for memprof the whole run);
     # "us/sample": (target s - plain) / samples; stops/s: ptrace stops per
@@ -292,7 +296,7 @@ def bench_malloc():
         withm = statistics.median(t for t, _ in runs["--malloc"])
         calls = statistics.median(c[0] for _, c in runs["--malloc"])
         frees = statistics.median(c[1] for _, c in runs["--malloc"])
-        print("\n%s  (median of %d, interleaved; plain %.3f s)" % (name, REPEAT, base))
+        print("\n%s  (median of %d, interleaved; plain %.3f s)" % (name, repeat, base))
         print("  %-16s %9s %7s" % ("config", "target s", "ratio"))
         print("  %-16s %9.3f %7.3f" % ("without --malloc", without, without / base))
         if calls >= 100000:
@@ -482,6 +486,76 @@ def bench_idiom(kernel):
           only=("observe", "ptrace", "kernel"))
 
 
+REAL_DEBS = ("coq", "libcoq-stdlib", "why3")
+
+
+def ensure_debs(pkgs):
+    """Install the Debian packages of pkgs that are missing (as the
+    Makefile's deps target does for the build's)."""
+    missing = [p for p in pkgs if subprocess.run(["dpkg-query", "-W", "-f=${Status}", p], stdout=subprocess.PIPE,
+                                                 stderr=subprocess.DEVNULL).stdout != b"install ok installed"]
+    if not missing:
+        return
+    print("bench: installing Debian packages %s" % " ".join(missing), flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends"] + missing):
+        p = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if p.returncode != 0:
+            sys.exit("bench: %s failed: %s" % (" ".join(argv), p.stderr.decode(errors="replace")[-2000:]))
+
+
+def _remove(paths):
+    for f in paths:
+        if os.path.isdir(f):
+            subprocess.run(["rm", "-rf", f], check=True)
+        elif os.path.exists(f):
+            os.unlink(f)
+
+
+def bench_real(kernel):
+    """Real programs at the default rate 1e-5, as the workloads in
+    ../shared/workloads run them (issue 23's targets: <= 1.10 with the
+    default executor under lockdown, i.e. ptrace here): Debian's coqc
+    (Coq 8.16.1, OCaml 4.13.1) compiling the Coq stdlib's FSets/FMapAVL.v,
+    and why3 1.5.1 generating the VCs of 41 of its stdlib files (no
+    prover; its hash-consing's weak tables make ~1.8 M direct major
+    allocations), and the idiom; each side by side with observe (the probes
+    without the minor heap's sampling) and the kernel executor where this
+    kernel allows it.  REAL_REPEAT runs each (default 3)."""
+    ensure_debs(REAL_DEBS)
+    repeat = int(os.environ.get("REAL_REPEAT", "3"))
+    only = ("observe", "ptrace", "kernel")
+    d = tempfile.mkdtemp(prefix="camlheap-bench-real-")
+    coq = os.path.join(d, "coq")
+    os.mkdir(coq)
+    theories = "/usr/lib/ocaml/coq/theories"
+    with open(os.path.join(theories, "FSets", "FMapAVL.v"), "rb") as src, \
+            open(os.path.join(coq, "W_FMapAVL.v"), "wb") as dst:
+        dst.write(src.read())
+
+    def coq_clean():
+        _remove(os.path.join(coq, f) for f in os.listdir(coq) if f != "W_FMapAVL.v")
+    bench("coqc -q -Q . W W_FMapAVL.v (Debian Coq 8.16.1, OCaml 4.13.1; the Coq stdlib's FSets/FMapAVL.v)",
+          ["/usr/bin/coqc", "-q", "-Q", ".", "W", "W_FMapAVL.v"], cwd=coq, before=coq_clean, kernel=kernel,
+          only=only, rates=["1e-5"], repeat=repeat)
+    why3 = os.path.join(d, "why3")
+    os.mkdir(why3)
+    stdlib = "/usr/share/why3/stdlib"
+    # int.mlw and real.mlw clash with the library's own copies when loaded together
+    mlw = sorted(f for f in os.listdir(stdlib) if f.endswith(".mlw") and f not in ("int.mlw", "real.mlw"))
+    for f in mlw:
+        with open(os.path.join(stdlib, f), "rb") as src, open(os.path.join(why3, f), "wb") as dst:
+            dst.write(src.read())
+    def why3_clean():  # -o wants its directory there
+        _remove([os.path.join(why3, "out")])
+        os.mkdir(os.path.join(why3, "out"))
+    bench("why3 prove -a split_vc -D cvc4_16 -o out (Debian why3 1.5.1, OCaml 4.13.1; %d stdlib .mlw files, VC "
+          "generation, no prover)" % len(mlw),
+          ["/usr/bin/why3", "prove", "-a", "split_vc", "-D", "cvc4_16", "-o", "out"] + ["./" + f for f in mlw],
+          cwd=why3, before=why3_clean, kernel=kernel, only=only, rates=["1e-5"], repeat=repeat)
+    subprocess.run(["rm", "-rf", d])
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
@@ -509,11 +583,16 @@ def main():
     if os.environ.get("BENCH_ONLY") == "idiom":
         bench_idiom(kernel)
         return
+    if os.environ.get("BENCH_ONLY") == "real":
+        bench_real(kernel)
+        bench_idiom(kernel)
+        return
     bench("alloc_minor fixture (minor allocations: 3:1 OCaml sites + a C site)",
           [chtest.fixture("alloc_minor"), "ratio", "c", "n=4000000"],
           memprof_arg=lambda r: ["memprof=" + r, "null"], kernel=kernel)
     bench("bench_major fixture (direct major allocations)", [chtest.fixture("bench_major")], kernel=kernel)
     bench_idiom(kernel)
+    bench_real(kernel)
     d, clean = ocamlopt_workdir()
     bench("ocamlopt.opt -g -c big.ml (Debian 4.13.1, generated module; no in-process memprof possible)",
           ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d, before=clean, kernel=kernel)
