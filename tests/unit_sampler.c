@@ -183,6 +183,39 @@ static struct ch_fate_event fate(uint8_t kind, uint64_t id, uint32_t minor, uint
  * unknown block (its allocation event lost) is counted, never subtracted;
  * a second death of the same block changes nothing; the leak analysis
  * judges only intervals in which anything was sampled. */
+/* A sampled block's death takes off its site's live object estimate what
+ * its birth added, also for a block kept under a budget (rate_shift k:
+ * 2^k times rarer, so it stands for more blocks). */
+static void test_live_objects_under_budget(void)
+{
+	struct profile *p = profile_new(1e-3);
+	struct ch_sample_event *ev = calloc(1, sizeof(*ev));
+	struct ch_fate_event f;
+	const struct profile_site **sites;
+	double w = profile_object_weight_at(p, 10, 4);
+	size_t n;
+
+	ev->stack_id = 7;
+	ev->kind = CH_KIND_MAJOR;
+	ev->nsamples = 1;
+	ev->size_words = 10;
+	ev->rate_shift = 4;
+	for (uint64_t id = 1; id <= 2; id++) {
+		ev->sample_id = id;
+		profile_add_event(p, ev, CH_EVENT_HEADER_BYTES);
+	}
+	f = fate(CH_FATE_DEAD_MAJOR, 1, 0, 1, 1000000000ULL);
+	profile_add_fate(p, &f, sizeof(f));
+	n = profile_sites_sorted(p, &sites);
+	check(n == 1 && w > profile_object_weight(p, 10) && fabs(sites[0]->live_est_objects - w) < 1e-3 * w &&
+		      fabs(sites[0]->est_objects - 2 * w) < 1e-9 * w,
+	      "live_objects_under_budget", "live objects %g after one of two deaths, each standing for %g",
+	      n ? sites[0]->live_est_objects : -1.0, w);
+	free(sites);
+	free(ev);
+	profile_free(p);
+}
+
 static void test_census_accounting(void)
 {
 	struct profile *p = profile_new(1e-3);
@@ -419,6 +452,7 @@ int main(void)
 	test_outfile();
 	test_insn_classes();
 	test_census_accounting();
+	test_live_objects_under_budget();
 	test_ptexec5();
 	test_ptexec5_death();
 	return failures ? 1 : 0;

@@ -198,7 +198,8 @@ int profile_add_event(struct profile *p, const struct ch_sample_event *ev, size_
 				g_array_index(ib, uint64_t, ev->clean_phases)++;
 			}
 			site->live_samples += ns;
-			site->live_est_objects += profile_object_weight_at(p, b->words, shift);
+			b->est_objects = (float)profile_object_weight_at(p, b->words, shift);
+			site->live_est_objects += b->est_objects;
 			if (site->live_samples > site->peak_live_samples)
 				site->peak_live_samples = site->live_samples;
 			p->followed_blocks++;
@@ -234,7 +235,9 @@ static void block_dies(struct profile *p, uint64_t id, struct profile_block *b, 
 
 	site->live_samples -= b->nsamples;
 	site->live_blocks--;
-	site->live_est_objects -= profile_object_weight(p, b->words);
+	/* what its birth added: a block sampled under a budget stands for
+	 * more blocks than one sampled at lambda */
+	site->live_est_objects -= b->est_objects;
 	if (site->live_est_objects < 0 || !site->live_blocks)
 		site->live_est_objects = 0; /* rounding */
 	if (!b->uncounted) {

@@ -65,6 +65,8 @@ struct profile_block {
 	uint32_t birth_minor_gcs;  /* stat_minor_collections at the allocation */
 	uint32_t birth_major_gcs;  /* stat_major_collections at the allocation */
 	uint32_t birth_cycle;      /* major clean phases camlheap had seen before the allocation */
+	float est_objects;         /* the blocks it stands for (profile_object_weight_at, at the rate_shift it
+				    * was sampled under), taken off its site's live estimate at its death */
 	uint8_t state;             /* enum profile_block_state */
 	bool uncounted;            /* memory counted elsewhere (a bigarray view, a mapped file): left out of
 				    * the profile's live totals (its site still shows it) */
