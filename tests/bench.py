@@ -40,6 +40,7 @@ part: `camlheap top --batch` against `record`, both attached to ocamlopt.opt.
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -296,7 +297,7 @@ def bench_malloc():
         withm = statistics.median(t for t, _ in runs["--malloc"])
         calls = statistics.median(c[0] for _, c in runs["--malloc"])
         frees = statistics.median(c[1] for _, c in runs["--malloc"])
-        print("\n%s  (median of %d, interleaved; plain %.3f s)" % (name, repeat, base))
+        print("\n%s  (median of %d, interleaved; plain %.3f s)" % (name, REPEAT, base))
         print("  %-16s %9s %7s" % ("config", "target s", "ratio"))
         print("  %-16s %9.3f %7.3f" % ("without --malloc", without, without / base))
         if calls >= 100000:
@@ -507,7 +508,7 @@ def ensure_debs(pkgs):
 def _remove(paths):
     for f in paths:
         if os.path.isdir(f):
-            subprocess.run(["rm", "-rf", f], check=True)
+            shutil.rmtree(f)
         elif os.path.exists(f):
             os.unlink(f)
 
@@ -529,9 +530,7 @@ def bench_real(kernel):
     coq = os.path.join(d, "coq")
     os.mkdir(coq)
     theories = "/usr/lib/ocaml/coq/theories"
-    with open(os.path.join(theories, "FSets", "FMapAVL.v"), "rb") as src, \
-            open(os.path.join(coq, "W_FMapAVL.v"), "wb") as dst:
-        dst.write(src.read())
+    shutil.copyfile(os.path.join(theories, "FSets", "FMapAVL.v"), os.path.join(coq, "W_FMapAVL.v"))
 
     def coq_clean():
         _remove(os.path.join(coq, f) for f in os.listdir(coq) if f != "W_FMapAVL.v")
@@ -544,8 +543,7 @@ def bench_real(kernel):
     # int.mlw and real.mlw clash with the library's own copies when loaded together
     mlw = sorted(f for f in os.listdir(stdlib) if f.endswith(".mlw") and f not in ("int.mlw", "real.mlw"))
     for f in mlw:
-        with open(os.path.join(stdlib, f), "rb") as src, open(os.path.join(why3, f), "wb") as dst:
-            dst.write(src.read())
+        shutil.copyfile(os.path.join(stdlib, f), os.path.join(why3, f))
     def why3_clean():  # -o wants its directory there
         _remove([os.path.join(why3, "out")])
         os.mkdir(os.path.join(why3, "out"))
@@ -553,7 +551,7 @@ def bench_real(kernel):
           "generation, no prover)" % len(mlw),
           ["/usr/bin/why3", "prove", "-a", "split_vc", "-D", "cvc4_16", "-o", "out"] + ["./" + f for f in mlw],
           cwd=why3, before=why3_clean, kernel=kernel, only=only, rates=["1e-5"], repeat=repeat)
-    subprocess.run(["rm", "-rf", d])
+    shutil.rmtree(d)
 
 
 def main():

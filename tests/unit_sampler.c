@@ -179,10 +179,6 @@ static struct ch_fate_event fate(uint8_t kind, uint64_t id, uint32_t minor, uint
 	return f;
 }
 
-/* Census accounting: births, promotion, deaths, relocation; a fate for an
- * unknown block (its allocation event lost) is counted, never subtracted;
- * a second death of the same block changes nothing; the leak analysis
- * judges only intervals in which anything was sampled. */
 /* A sampled block's death takes off its site's live object estimate what
  * its birth added, also for a block kept under a budget (rate_shift k:
  * 2^k times rarer, so it stands for more blocks). */
@@ -216,6 +212,10 @@ static void test_live_objects_under_budget(void)
 	profile_free(p);
 }
 
+/* Census accounting: births, promotion, deaths, relocation; a fate for an
+ * unknown block (its allocation event lost) is counted, never subtracted;
+ * a second death of the same block changes nothing; the leak analysis
+ * judges only intervals in which anything was sampled. */
 static void test_census_accounting(void)
 {
 	struct profile *p = profile_new(1e-3);
