@@ -704,6 +704,66 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	return 0;
 }
 
+/* How a profiled process ended (struct ch_exit; a pidfd's poll says no
+ * more than that it is gone).  Read by sampler_exit_status. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32); /* tgid */
+	__type(value, struct ch_exit);
+} exits SEC(".maps");
+
+static __always_inline struct ch_exit *exit_entry(__u32 tgid)
+{
+	struct ch_exit *e = bpf_map_lookup_elem(&exits, &tgid), zero = {};
+
+	if (e)
+		return e;
+	bpf_map_update_elem(&exits, &tgid, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&exits, &tgid);
+}
+
+/* Each exiting thread of a followed process: its exit code.  do_exit sets
+ * task->exit_code before this tracepoint (kernel/exit.c); for exit_group and
+ * fatal signals every thread carries the group's code (do_group_exit), and
+ * the last thread to go leaves the process's own. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct ch_exit *e;
+
+	if (!bpf_map_lookup_elem(&procs, &tgid) || !(e = exit_entry(tgid)))
+		return 0;
+	e->status = (__u32)BPF_CORE_READ(p, exit_code);
+	e->flags |= CH_EXIT_STATUS_SEEN;
+	return 0;
+}
+
+/* caml_fatal_uncaught_exception(value exn) (runtime/printexc.c, 4.12-5.4):
+ * the exception's name as caml_format_exception finds it: a block of tag 0
+ * holds its constructor in field 0, a constant exception is the
+ * constructor; a constructor's field 0 is its name (a string). */
+SEC("uprobe")
+int BPF_KPROBE(on_fatal_exn, __u64 exn)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 hd = 0, ctor = exn, name = 0;
+	struct ch_exit *e;
+
+	if (!bpf_map_lookup_elem(&procs, &tgid) || !(e = exit_entry(tgid)))
+		return 0;
+	e->flags |= CH_EXIT_UNCAUGHT;
+	if (exn & 1 || bpf_probe_read_user(&hd, sizeof(hd), (void *)(exn - 8)))
+		return 0;
+	if ((hd & 0xff) == 0 && bpf_probe_read_user(&ctor, sizeof(ctor), (void *)exn))
+		return 0;
+	if (ctor & 1 || bpf_probe_read_user(&name, sizeof(name), (void *)ctor) || name & 1)
+		return 0;
+	bpf_probe_read_user_str(e->exn, sizeof(e->exn), (void *)name);
+	return 0;
+}
+
 #include "minor.bpf.h"
 #include "ocaml4/minor.bpf.h"
 #include "ocaml5/minor.bpf.h"

@@ -119,6 +119,21 @@ struct ch_custom_name {
  * no sample follows; user space ends the recording. */
 #define CH_NOTE_EXEC 0x81
 
+/* Map `exits` of alloc.bpf.c: how a followed process ended, for the end
+ * reason of a recording that attached to it (only its parent can wait for
+ * it).  on_exit (tracepoint sched_process_exit) stores each exiting
+ * thread's task->exit_code, so the last thread leaves the process's wait(2)
+ * status; on_fatal_exn (uprobe on caml_fatal_uncaught_exception, 4.x and
+ * 5.x runtime/printexc.c, which then exits with status 2 or aborts) the
+ * name of the exception that ended it. */
+#define CH_EXIT_STATUS_SEEN 0x1 /* status is set */
+#define CH_EXIT_UNCAUGHT 0x2    /* caml_fatal_uncaught_exception ran; exn names it */
+struct ch_exit {
+	__u32 status; /* wait(2) status: exit(n) n << 8; a fatal signal its number, | 0x80 if it dumped core */
+	__u32 flags;  /* CH_EXIT_* */
+	char exn[64]; /* the exception's constructor, e.g. "Not_found", "Stdlib.Exit"; NUL-terminated, may be cut */
+};
+
 /* Fates of tracked sampled blocks (README *Census*): records of type struct
  * ch_fate_event, `kind` at the same offset as in struct ch_sample_event. */
 #define CH_FATE_PROMOTE 0x90    /* minor block promoted: block_addr is its major-heap address */

@@ -35,6 +35,37 @@ def test_command_killed_by_signal():
     assert "killed by signal 9" in rep.header.get("duration", ""), rep.header
 
 
+def test_attached_target_end_reason_says_how_it_ended():
+    """A recording attached by PID cannot wait for its target (only the
+    parent can): the end reason comes from the kernel's exit tracepoint and
+    the runtime's caml_fatal_uncaught_exception, not "target exited"."""
+    cases = [(["n=500"], None, 3, "target exited with status 3"),
+             (["n=500", "raise"], None, 2,
+              "target exited with status 2 after the uncaught exception Exit_code.Gave_up"),
+             (["n=500", "abort"], None, -signal.SIGABRT, "target killed by signal 6 (Aborted"),
+             (["n=500"], signal.SIGKILL, -signal.SIGKILL, "target killed by signal 9 (Killed)")]
+    for args, sig, want_rc, want in cases:
+        w = Waiting("exit_code", args)
+        r = Recorder(w.pid, 1e-3)
+        r.wait_attached()
+        if sig:
+            os.kill(w.pid, sig)
+        else:
+            w.release()
+        frc = w.proc.wait(timeout=60)
+        rc, rep, err = r.finish()
+        assert frc == want_rc and rc == 0, (args, frc, rc, err)
+        assert want in rep.header.get("duration", ""), (args, rep.header)
+
+
+def test_launched_target_end_reason_names_the_uncaught_exception():
+    rc, out, rep, err = record_launch([fixture("exit_code"), "raise"], 1e-3)
+    assert rc == 2, (rc, err)
+    assert "Fatal error: exception Exit_code.Gave_up(\"100\")" in err, err
+    assert rep.header.get("duration", "").endswith(
+        "target exited with status 2 after the uncaught exception Exit_code.Gave_up"), rep.header
+
+
 def test_attach_pid_target_exits_mid_run():
     rate = 1e-3
     w = Waiting("alloc_major", ["n=3000"])

@@ -156,6 +156,9 @@ def test_serve_follows_three_instances_and_a_restart_and_rotates_files():
         d, names = files_of(svc.out, "idle", victim.pid)
         assert any(n.endswith("-final.pb.gz") for n in names), names
         assert any(n.endswith("-final.txt") for n in names), names
+        # the end reason says how it died (issue 24: it read "target exited")
+        final = open(os.path.join(d, [n for n in names if n.endswith("-final.txt")][0])).read()
+        assert "final: target killed by signal 9 (Killed)" in final, final[:2000]
         # every heap profile is a complete pprof of its process
         for p, _ in procs:
             d, names = files_of(svc.out, "idle", p.pid)

@@ -552,6 +552,7 @@ static void run_detach(struct run *r)
 		} else {
 			record_describe_status(r->status, r->reason, sizeof(r->reason));
 		}
+		record_describe_exn(r->smp, t->pid, r->reason, sizeof(r->reason));
 	}
 	m->cpu_s = record_self_cpu_s(&m->max_rss_mib);
 	m->end_reason = r->reason;

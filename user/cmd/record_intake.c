@@ -564,6 +564,21 @@ void record_window_finish(struct intake *in, double t_end)
 	}
 }
 
+/* The end reason of a target that is gone: its exit status or fatal signal
+ * as the kernel saw its last thread go (sampler_exit_status), in
+ * record_describe_status's words, else "target exited"; and the uncaught
+ * exception that ended it. */
+static void describe_gone(const struct sampler *smp, pid_t pid, char *reason, size_t len)
+{
+	int status = sampler_exit_status(smp, pid, NULL, 0);
+
+	if (status >= 0)
+		record_describe_status(status, reason, len);
+	else
+		snprintf(reason, len, "target exited");
+	record_describe_exn(smp, pid, reason, len);
+}
+
 void record_until_stop(const struct record_opts *o, struct target *t, struct sampler *smp,
 			      struct intake *intake, int sigfd, int pidfd, int timerfd, char *reason, size_t len)
 {
@@ -587,7 +602,7 @@ void record_until_stop(const struct record_opts *o, struct target *t, struct sam
 
 		/* Without a pidfd (fd limit, seccomp) exits are seen by polling. */
 		if (pidfd < 0 && target_gone(t)) {
-			snprintf(reason, len, "target exited");
+			describe_gone(smp, t->pid, reason, len);
 			break;
 		}
 		if (intake->top) {
@@ -672,7 +687,7 @@ void record_until_stop(const struct record_opts *o, struct target *t, struct sam
 			break;
 		}
 		if (fds[1].revents & POLLIN) {
-			snprintf(reason, len, "target exited");
+			describe_gone(smp, t->pid, reason, len);
 			break;
 		}
 		if (fds[2].revents & POLLIN) {
@@ -750,12 +765,23 @@ int record_status_to_exit(int status)
 	return 1;
 }
 
+void record_describe_exn(const struct sampler *smp, pid_t pid, char *buf, size_t len)
+{
+	char exn[80];
+	size_t n = strlen(buf);
+
+	sampler_exit_status(smp, pid, exn, sizeof(exn));
+	if (exn[0] && n < len)
+		snprintf(buf + n, len - n, " after the uncaught exception %s", exn);
+}
+
 void record_describe_status(int status, char *buf, size_t len)
 {
 	if (WIFEXITED(status))
 		snprintf(buf, len, "target exited with status %d", WEXITSTATUS(status));
 	else if (WIFSIGNALED(status))
-		snprintf(buf, len, "target killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+		snprintf(buf, len, "target killed by signal %d (%s%s)", WTERMSIG(status), strsignal(WTERMSIG(status)),
+			 WCOREDUMP(status) ? ", core dumped" : "");
 	else
 		snprintf(buf, len, "target ended");
 }

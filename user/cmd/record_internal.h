@@ -88,6 +88,11 @@ int record_status_to_exit(int status);
 /* A wait status in words ("target exited with status 3"), into buf. */
 void record_describe_status(int status, char *buf, size_t len);
 
+/* Append to the end reason in buf (len bytes in all) the uncaught exception
+ * that ended `pid` if one did (sampler_exit_status): " after the uncaught
+ * exception Not_found". */
+void record_describe_exn(const struct sampler *smp, pid_t pid, char *buf, size_t len);
+
 /* How long the window waits for the minor heap to be armed (its first
  * trap or collection after attach) before it opens without it, seconds:
  * a program that allocates no minor heap meanwhile loses this much of its

@@ -478,6 +478,13 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 		snprintf(err, errlen, "cannot attach to the sched_process_exec tracepoint: %s", strerror(e));
 		return -e;
 	}
+	s->exit_link = bpf_program__attach(s->skel->progs.on_exit);
+	if (!s->exit_link) {
+		int e = errno;
+
+		snprintf(err, errlen, "cannot attach to the sched_process_exit tracepoint: %s", strerror(e));
+		return -e;
+	}
 	ret = sampler_attach_runtime(s, pid, rt, &proc, exe, exe_name, err, errlen);
 	if (ret < 0)
 		return ret;
@@ -558,6 +565,22 @@ uint64_t sampler_minor_start_ns(const struct sampler *s, pid_t pid)
 		return p.minor_start_ns;
 	/* after sampler_stop_sampling: its last state */
 	return s->last_proc_valid && s->last_pid == pid ? s->last_proc.minor_start_ns : 0;
+}
+
+int sampler_exit_status(const struct sampler *s, pid_t pid, char *exn, size_t exnlen)
+{
+	__u32 key = (__u32)pid;
+	struct ch_exit e;
+
+	if (exnlen)
+		exn[0] = 0;
+	if (!s || bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.exits), &key, &e) != 0)
+		return -ENOENT;
+	if (e.flags & CH_EXIT_UNCAUGHT && exnlen) {
+		e.exn[sizeof(e.exn) - 1] = 0;
+		snprintf(exn, exnlen, "%s", e.exn[0] ? e.exn : "(name unreadable)");
+	}
+	return e.flags & CH_EXIT_STATUS_SEEN ? (int)(e.status & 0xffff) : -ENOENT;
 }
 
 int sampler_stop_sampling(struct sampler *s, pid_t pid)
@@ -651,6 +674,8 @@ int sampler_detach(struct sampler *s)
 	}
 	bpf_link__destroy(s->exec_link);
 	s->exec_link = NULL;
+	bpf_link__destroy(s->exit_link);
+	s->exit_link = NULL;
 	if (s->holder_fd >= 0) {
 		(void)!write(s->holder_fd, "d", 1); /* a detach, not a death */
 		close(s->holder_fd);

@@ -95,6 +95,16 @@ bool sampler_window_waits_minor(const struct sampler *s);
  * (bpf_ktime_get_ns), or 0: not yet, or no such process in the map. */
 uint64_t sampler_minor_start_ns(const struct sampler *s, pid_t pid);
 
+/* How `pid`, a process this sampler followed, ended: its wait(2) status
+ * (WIFEXITED/WEXITSTATUS, WIFSIGNALED/WTERMSIG, WCOREDUMP apply), as its
+ * last thread's task->exit_code at the sched_process_exit tracepoint
+ * (kernel/exit.c do_exit), or -ENOENT: no thread of it has exited while
+ * followed.  exn (exnlen bytes, may be 0) gets the name of the uncaught
+ * exception that ended it (caml_fatal_uncaught_exception ran: "Not_found",
+ * "Stdlib.Exit", "(name unreadable)"), or "".  Valid once the process is
+ * gone (its pidfd readable); the map outlives sampler_detach. */
+int sampler_exit_status(const struct sampler *s, pid_t pid, char *exn, size_t exnlen);
+
 /* Stop sampling `pid` at once: its entry in the kernel's process map is
  * removed, so every probe that still fires returns at its first
  * instruction (no sample, no write request).  The recording window ends

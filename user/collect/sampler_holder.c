@@ -190,6 +190,7 @@ int sampler_hand_off_links(struct sampler *s, int holder_nice, char *err, size_t
 		s->umlinks[i] = -1;
 	}
 	drop_link(&s->exec_link);
+	drop_link(&s->exit_link);
 	close_fds_by_link("anon_inode:[perf_event]", true, -1);
 	s->holder_fd = fds[1];
 	return 0;

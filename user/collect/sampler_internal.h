@@ -29,6 +29,7 @@ struct sampler {
 	bool malloc_on;
 	struct malloc_probes mp;
 	struct bpf_link *exec_link;
+	struct bpf_link *exit_link; /* on_exit: the exit status (sampler_exit_status) */
 	sampler_event_fn fn;
 	void *ctx;
 	double rate;

@@ -40,6 +40,7 @@ void sampler_runtime_programs(struct alloc_bpf *skel, struct bpf_program *progs[
 		[OCAML_PROBE_BA_ALLOC] = skel->progs.on_ba_alloc,
 		[OCAML_PROBE_MAPPED_ALLOC_RET] = skel->progs.on_ba_alloc_ret,
 		[OCAML_PROBE_MAPPED_ALLOC] = skel->progs.on_mapped_alloc,
+		[OCAML_PROBE_FATAL_EXN] = skel->progs.on_fatal_exn,
 		[OCAML_PROBE_DISPATCH5] = skel->progs.on_dispatch5,
 		[OCAML_PROBE_DISPATCH5_RET] = skel->progs.on_dispatch5_ret,
 		[OCAML_PROBE_RESET_LIMIT] = skel->progs.on_reset_young_limit,

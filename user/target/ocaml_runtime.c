@@ -42,6 +42,7 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_BA_ALLOC] = "caml_ba_alloc",
 	[OCAML_PROBE_MAPPED_ALLOC_RET] = "caml_unix_mapped_alloc",
 	[OCAML_PROBE_MAPPED_ALLOC] = "caml_unix_mapped_alloc",
+	[OCAML_PROBE_FATAL_EXN] = "caml_fatal_uncaught_exception",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
@@ -238,6 +239,16 @@ static void plan_bigarray(const struct elf_image *img, struct ocaml_runtime *rt)
 		rt->probes[OCAML_PROBE_MAPPED_ALLOC_RET].present = rt->probes[OCAML_PROBE_MAPPED_ALLOC].present = false;
 	else
 		rt->probes[OCAML_PROBE_MAPPED_ALLOC].present = true;
+}
+
+/* The probes that read without sampling: which uncaught exception ended
+ * the program (printexc.c, 4.x and 5.x; absent: the end reason has only
+ * the exit status). */
+static void plan_readers(const struct elf_image *img, struct ocaml_runtime *rt)
+{
+	plan_bigarray(img, rt);
+	rt->probes[OCAML_PROBE_FATAL_EXN].present =
+		plan_probe(img, probe_symbols[OCAML_PROBE_FATAL_EXN], &rt->probes[OCAML_PROBE_FATAL_EXN]) == 0;
 }
 
 /* rt->version read from the executable: accept a supported release, or
@@ -562,7 +573,7 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 				rt->probes[i].present = false;
 		}
 		if (r == OCAML_OK)
-			plan_bigarray(img, rt);
+			plan_readers(img, rt);
 		return r;
 	}
 	cs = elf_image_symbol(img, "Caml_state");
@@ -613,6 +624,6 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 			 name, rt->version[0] ? rt->version : "version unknown", missing);
 		return OCAML_MISSING_SYMBOLS;
 	}
-	plan_bigarray(img, rt);
+	plan_readers(img, rt);
 	return OCAML_OK;
 }

@@ -59,6 +59,7 @@ enum ocaml_probe {
 	OCAML_PROBE_BA_ALLOC,            /* caml_ba_alloc(flags, num_dims, data, dim) entry: data given or not */
 	OCAML_PROBE_MAPPED_ALLOC_RET,    /* caml_unix_mapped_alloc return (Unix.map_file) */
 	OCAML_PROBE_MAPPED_ALLOC,        /* its entry */
+	OCAML_PROBE_FATAL_EXN,           /* caml_fatal_uncaught_exception(value exn): the end reason (optional) */
 	OCAML_PROBE__COUNT
 };
 
