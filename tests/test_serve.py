@@ -412,6 +412,12 @@ def test_serve_bad_configuration_is_refused_with_the_place_named():
         ("[serve]\nkeep-bytes = 12Q\n[target:a]\nexe = /bin/true\n", "keep-bytes"),
         ("not a key file\n", "the syntax: man 5 camlheap.conf"),
         ("[serve]\ninterval = 60   # a minute\n[target:a]\nexe = /bin/true\n", "put comments on lines of their own"),
+        # what GKeyFile takes silently (issue 24 item 4)
+        ("[target:a]\nexe = /bin/true\n[target:a]\nexe = /bin/false\n", "[target:a]: given twice (line 3)"),
+        ("[target:a]\nexe = /bin/true\nrate = 1e-4\nrate=1e-3\n", "[target:a] rate: given twice (line 4)"),
+        ("[target:a]\npidfile = /tmp\n", "[target:a] pidfile: '/tmp' is a directory"),
+        ("[serve]\noutput = /etc/hostname\n[target:a]\nexe = /bin/true\n",
+         "[serve] output: '/etc/hostname' exists and is not a directory"),
     ]
     for text, want in cases:
         conf = os.path.join(d, "c.conf")
@@ -444,7 +450,7 @@ def test_serve_bad_configuration_is_refused_with_the_place_named():
     with open(conf, "w") as f:
         f.write("[serve]\noutput = %s\nlisten = none\n[target:a]\nexe = /bin/true\n" % conf)
     r = subprocess.run([CAMLHEAP, "serve", "--config", conf], stderr=subprocess.PIPE, timeout=30)
-    assert r.returncode == 2 and b"cannot use it as the output directory" in r.stderr, r.stderr
+    assert r.returncode == 2 and b"exists and is not a directory" in r.stderr, r.stderr
     # a FIFO as a PID file never blocks the service
     fifo = os.path.join(d, "fifo.pid")
     os.mkfifo(fifo)
@@ -461,7 +467,17 @@ def test_serve_bad_configuration_is_refused_with_the_place_named():
         f.write("[serve]\nkeep-bytes = 2G\n[target:a]\nexe = /bin/true\nrate = 1e-4\nbudget = 500\n")
     r = subprocess.run([CAMLHEAP, "serve", "--config", conf, "--check"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE)
-    assert r.returncode == 0 and b"rate 0.0001, budget 500" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and b"rate 0.0001, budget 500 samples/s\n" in r.stdout, r.stdout + r.stderr
+    # --check states the budget that applies: the host's share, not "budget 0"
+    with open(conf, "w") as f:
+        f.write("[serve]\nhost-budget = 2000\n[target:a]\nexe = /bin/true\n[target:b]\nexe = /bin/ls\nbudget = 50\n"
+                "[target:c]\nexe = /bin/cat\n")
+    r = subprocess.run([CAMLHEAP, "serve", "--config", conf, "--check"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    out = r.stdout.decode()
+    assert r.returncode == 0 and "budget 0" not in out, out
+    assert "a: exe /usr/bin/true rate 1e-05, budget: its share of host-budget 2000 samples/s" in out, out
+    assert "b: exe /usr/bin/ls rate 1e-05, budget 50 samples/s or its share of host-budget 2000" in out, out
 
 
 def unit_text(bindir):

@@ -86,11 +86,23 @@ int serve_command(int argc, char **argv)
 		       (unsigned long long)c.keep_bytes, c.listen, c.socket ? ", socket " : "", c.socket ? c.socket : "");
 		for (size_t i = 0; i < c.ntargets; i++) {
 			struct serve_target *t = &c.targets[i];
+			char budget[160];
 
-			printf("  %s:%s%s%s%s%s%s%s%s rate %g, budget %g samples/s%s\n", t->name, t->exe ? " exe " : "",
+			/* as effective_budget (serve_worker.c) applies them */
+			if (t->budget > 0 && c.host_budget > 0)
+				snprintf(budget, sizeof(budget), "budget %g samples/s or its share of host-budget %g, "
+					 "whichever is lower", t->budget, c.host_budget);
+			else if (t->budget > 0)
+				snprintf(budget, sizeof(budget), "budget %g samples/s", t->budget);
+			else if (c.host_budget > 0)
+				snprintf(budget, sizeof(budget), "budget: its share of host-budget %g samples/s "
+					 "(split among the processes followed)", c.host_budget);
+			else
+				snprintf(budget, sizeof(budget), "no budget (every process sampled at its rate)");
+			printf("  %s:%s%s%s%s%s%s%s%s rate %g, %s%s\n", t->name, t->exe ? " exe " : "",
 			       t->exe ? t->exe : "", t->unit ? " unit " : "", t->unit ? t->unit : "",
 			       t->cgroup ? " cgroup " : "", t->cgroup ? t->cgroup : "", t->pidfile ? " pidfile " : "",
-			       t->pidfile ? t->pidfile : "", t->rate, t->budget, t->malloc ? ", --malloc" : "");
+			       t->pidfile ? t->pidfile : "", t->rate, budget, t->malloc ? ", --malloc" : "");
 		}
 		serve_config_free(&c);
 		return 0;

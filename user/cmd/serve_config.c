@@ -190,6 +190,7 @@ static int check_group(GKeyFile *kf, const char *path, gchar **g, char *err, siz
 static int load_serve_group(GKeyFile *kf, const char *path, struct serve_config *c, char *err, size_t len)
 {
 	const char *g = "serve";
+	struct stat st;
 	char *v;
 	double d;
 	int ret;
@@ -199,6 +200,8 @@ static int load_serve_group(GKeyFile *kf, const char *path, struct serve_config 
 		c->output = v;
 		if (v[0] != '/')
 			return bad(err, len, path, g, "output", "'%s' is not an absolute path", v);
+		if (stat(v, &st) == 0 && !S_ISDIR(st.st_mode))
+			return bad(err, len, path, g, "output", "'%s' exists and is not a directory", v);
 	}
 	if (get_double(kf, path, g, "interval", 0.1, 86400 * 7, false, &c->interval_s, err, len) < 0)
 		return -EINVAL;
@@ -242,6 +245,7 @@ static int load_serve_group(GKeyFile *kf, const char *path, struct serve_config 
 static int load_target(GKeyFile *kf, const char *path, gchar **g, struct serve_config *c, char *err, size_t len)
 {
 	struct serve_target *t, *nt;
+	struct stat st;
 	GError *be = NULL;
 	int ret;
 
@@ -286,6 +290,9 @@ static int load_target(GKeyFile *kf, const char *path, gchar **g, struct serve_c
 		return bad(err, len, path, *g, "unit", "'%s' is not a unit name such as foo.service", t->unit);
 	if (t->pidfile && t->pidfile[0] != '/')
 		return bad(err, len, path, *g, "pidfile", "'%s' is not an absolute path", t->pidfile);
+	if (t->pidfile && stat(t->pidfile, &st) == 0 && S_ISDIR(st.st_mode))
+		return bad(err, len, path, *g, "pidfile", "'%s' is a directory (a pidfile is a file holding one PID)",
+			   t->pidfile);
 	if (t->executor && strcmp(t->executor, "auto") && strcmp(t->executor, "kernel") &&
 	    strcmp(t->executor, "ptrace") && strcmp(t->executor, "observe"))
 		return bad(err, len, path, *g, "executor", "'%s' is not auto, kernel, ptrace or observe", t->executor);
@@ -301,6 +308,60 @@ static int load_target(GKeyFile *kf, const char *path, gchar **g, struct serve_c
 		}
 	}
 	return 0;
+}
+
+/* What GKeyFile accepts silently but is a mistake in this file: a group
+ * given twice (GKeyFile merges the two, the later key winning) or a key
+ * given twice in one group (the later wins).  The file parsed already, so
+ * each line is blank, a # comment, [group] or key=value (GLib's
+ * gkeyfile.c g_key_file_parse_line).  Returns 0 or -EINVAL with err set. */
+static int scan_duplicates(const char *path, char *err, size_t len)
+{
+	gchar *text = NULL;
+	gchar **lines;
+	GHashTable *groups = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+	GHashTable *keys = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+	char *group = NULL;
+	int ret = 0;
+
+	if (!g_file_get_contents(path, &text, NULL, NULL))
+		return 0; /* read a moment ago: the load reported what it could */
+	lines = g_strsplit(text, "\n", -1);
+	for (size_t i = 0; lines[i] && !ret; i++) {
+		char *l = g_strstrip(lines[i]), *eq;
+
+		if (!*l || *l == '#')
+			continue;
+		if (*l == '[') {
+			char *end = strrchr(l, ']');
+
+			if (end)
+				*end = 0;
+			g_free(group);
+			group = g_strdup(l + 1);
+			if (!g_hash_table_add(groups, g_strdup(group)))
+				ret = bad(err, len, path, group, NULL, "given twice (line %zu): GKeyFile would merge the two; "
+					  "give each group once", i + 1);
+			continue;
+		}
+		if (!group || !(eq = strchr(l, '=')))
+			continue;
+		*eq = 0;
+		g_strchomp(l);
+		{
+			char *k = g_strdup_printf("%s\n%s", group, l);
+
+			if (!g_hash_table_add(keys, k))
+				ret = bad(err, len, path, group, l, "given twice (line %zu): only the last would count; "
+					  "give each key once", i + 1);
+		}
+	}
+	g_free(group);
+	g_strfreev(lines);
+	g_free(text);
+	g_hash_table_destroy(groups);
+	g_hash_table_destroy(keys);
+	return ret;
 }
 
 /* c->warnings: what parses but looks wrong (serve.h), or NULL. */
@@ -345,6 +406,8 @@ int serve_config_load(const char *path, struct serve_config *c, char *err, size_
 		return ret;
 	}
 	set_defaults(c);
+	if ((ret = scan_duplicates(path, err, len)) < 0)
+		goto out;
 
 	groups = g_key_file_get_groups(kf, NULL);
 	for (gchar **g = groups; *g; g++)
