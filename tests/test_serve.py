@@ -162,7 +162,15 @@ def test_serve_follows_three_instances_and_a_restart_and_rotates_files():
         # every heap profile is a complete pprof of its process
         for p, _ in procs:
             d, names = files_of(svc.out, "idle", p.pid)
-            prof = decode_pprof(os.path.join(d, [n for n in names if n.startswith("heap-")][-1]))
+            path = os.path.join(d, [n for n in names if n.startswith("heap-")][-1])
+            prof = decode_pprof(path)
+            # its Time is when it was taken, as Go's heap profiles (issue 24 item 11: it was when
+            # following started); its Duration what it covers
+            taken = prof["time_nanos"][0] / 1e9
+            assert abs(taken - os.stat(path).st_mtime) < 3.0, (taken, os.stat(path).st_mtime)
+            if p is not victim:
+                since = svc.processes()[p.pid]["followed_since_unix"]
+                assert taken - since > 1.5, (taken, since)
             strings = prof["string_table"]
             assert strings[prof["mapping"][0]["filename"][0]].endswith("/idle")
             assert any("Idle.idle_site" in strings[f["name"][0]] for f in prof["function"])
@@ -451,6 +459,21 @@ def test_serve_bad_configuration_is_refused_with_the_place_named():
         f.write("[serve]\noutput = %s\nlisten = none\n[target:a]\nexe = /bin/true\n" % conf)
     r = subprocess.run([CAMLHEAP, "serve", "--config", conf], stderr=subprocess.PIPE, timeout=30)
     assert r.returncode == 2 and b"exists and is not a directory" in r.stderr, r.stderr
+    # a port in use: one line, camlheap's, with libmicrohttpd's reason in it (issue 24 item 11: a
+    # stray "Failed to bind to port" line came before it)
+    busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        with open(conf, "w") as f:
+            f.write("[serve]\noutput = %s/out\nlisten = 127.0.0.1:%d\n[target:a]\nexe = /bin/true\n"
+                    % (d, busy.getsockname()[1]))
+        r = subprocess.run([CAMLHEAP, "serve", "--config", conf], stderr=subprocess.PIPE, timeout=30)
+    finally:
+        busy.close()
+    lines = [l for l in r.stderr.decode().splitlines() if l.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("camlheap serve: ") and \
+        "cannot listen on 127.0.0.1:" in lines[0] and "Address already in use" in lines[0], r.stderr
     # a FIFO as a PID file never blocks the service
     fifo = os.path.join(d, "fifo.pid")
     os.mkfifo(fifo)

@@ -212,7 +212,11 @@ static void budget_tick(struct intake *in)
 /* The report's header as of now, for a file written while recording. */
 static void snapshot_meta(struct intake *in, struct report_meta *m, const char *reason)
 {
+	struct timespec now;
+
 	*m = *in->meta;
+	clock_gettime(CLOCK_REALTIME, &now);
+	m->taken_unix_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 	/* once detached, the recording's time is over: meta holds it */
 	if (in->smp)
 		m->duration_s = now_s() - in->t_attached;

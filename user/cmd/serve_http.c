@@ -498,6 +498,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 #define HTTP_MAX_CONN 64u
 
+/* libmicrohttpd's error messages (MHD_OPTION_EXTERNAL_LOGGER): while a
+ * daemon starts, the last one is kept for camlheap's own error ("Failed to
+ * bind to port 6061: Address already in use"), instead of a line of its
+ * own on stderr before it; later ones are logged as camlheap's. */
+static bool mhd_starting;
+static char mhd_last[256];
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	size_t n;
+
+	(void)cls;
+	vsnprintf(mhd_last, sizeof(mhd_last), fmt, ap);
+	n = strlen(mhd_last);
+	while (n && (mhd_last[n - 1] == '\n' || mhd_last[n - 1] == ' '))
+		mhd_last[--n] = 0;
+	if (!mhd_starting)
+		fprintf(stderr, "camlheap: HTTP: %s\n", mhd_last);
+}
+
 int start_http(char *err, size_t len)
 {
 	/* poll, not select (no 1024-descriptor ceiling); a thread per
@@ -524,13 +544,18 @@ int start_http(char *err, size_t len)
 			snprintf(err, len, "listen = %s: %s", S.cfg.listen, gai_strerror(gai));
 			return -EINVAL;
 		}
+		mhd_starting = true;
+		mhd_last[0] = 0;
 		S.http = MHD_start_daemon(flags | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
 					  (uint16_t)atoi(colon + 1), NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR,
 					  ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_CONNECTION_LIMIT,
-					  HTTP_MAX_CONN, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 16u, MHD_OPTION_END);
+					  HTTP_MAX_CONN, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 16u, MHD_OPTION_EXTERNAL_LOGGER,
+					  mhd_log, NULL, MHD_OPTION_END);
+		mhd_starting = false;
 		freeaddrinfo(ai);
 		if (!S.http) {
-			snprintf(err, len, "cannot listen on %s (in use, or not an address of this host)", S.cfg.listen);
+			snprintf(err, len, "cannot listen on %s: %s", S.cfg.listen,
+				 mhd_last[0] ? mhd_last : "in use, or not an address of this host");
 			return -EADDRINUSE;
 		}
 	}
@@ -581,11 +606,14 @@ int start_http(char *err, size_t len)
 			if (stat(S.cfg.socket, &st) == 0)
 				S.sock_ino = st.st_ino;
 		}
+		mhd_starting = true;
+		mhd_last[0] = 0;
 		S.unix_http = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, S.unix_fd,
 					       MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_CONNECTION_LIMIT, HTTP_MAX_CONN,
-					       MHD_OPTION_END);
+					       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+		mhd_starting = false;
 		if (!S.unix_http) {
-			snprintf(err, len, "cannot serve on %s", S.cfg.socket);
+			snprintf(err, len, "cannot serve on %s%s%s", S.cfg.socket, mhd_last[0] ? ": " : "", mhd_last);
 			return -EIO;
 		}
 	}

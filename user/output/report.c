@@ -22,7 +22,7 @@ int report_render(FILE *out, enum report_format format, bool census, const struc
 	case REPORT_PPROF: {
 		char comment[1536];
 		struct pprof_meta pm = {
-			.time_nanos = m->start_unix_ns,
+			.time_nanos = m->taken_unix_ns ? m->taken_unix_ns : m->start_unix_ns,
 			.duration_nanos = (int64_t)(m->duration_s * 1e9),
 			.census = m->census_on,
 			.exe_path = m->exe,

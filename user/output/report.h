@@ -85,6 +85,9 @@ struct report_meta {
 	const char *census_off_why;    /* if not, why */
 	bool live;                     /* record --live: per-site live and peak figures */
 	int64_t start_unix_ns;         /* recording start, ns since the Unix epoch (pprof) */
+	int64_t taken_unix_ns;         /* a snapshot's moment (serve's files and endpoints), ns since the
+					* epoch, or 0: pprof's time_nanos, as Go's heap profiles (runtime/pprof
+					* proto.go: the moment the profile is built); 0: start_unix_ns */
 	uint64_t fates_drained;        /* fate events read from the kernel's arrays at the end (ring was full) */
 	int value;                     /* enum report_value: how the text report ranks sites */
 	const char *selection;         /* `camlheap report`: the window / filters applied, NULL if none */
