@@ -462,6 +462,21 @@ static int sampler_attach_malloc(struct sampler *s, pid_t pid, char *err, size_t
 	return 0;
 }
 
+/* A process-lifecycle tracepoint program (on_exec, on_exit) into *link.
+ * Returns 0 or -errno with err set. */
+static int attach_tracepoint(struct bpf_program *prog, const char *name, struct bpf_link **link, char *err,
+			     size_t errlen)
+{
+	*link = bpf_program__attach(prog);
+	if (!*link) {
+		int e = errno;
+
+		snprintf(err, errlen, "cannot attach to the %s tracepoint: %s", name, strerror(e));
+		return -e;
+	}
+	return 0;
+}
+
 int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struct ocaml_runtime *rt,
 		   const char *exe, const char *exe_name, char *err, size_t errlen)
 {
@@ -471,20 +486,9 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 	if (ret < 0)
 		return ret;
 	s->nsites = 0;
-	s->exec_link = bpf_program__attach(s->skel->progs.on_exec);
-	if (!s->exec_link) {
-		int e = errno;
-
-		snprintf(err, errlen, "cannot attach to the sched_process_exec tracepoint: %s", strerror(e));
-		return -e;
-	}
-	s->exit_link = bpf_program__attach(s->skel->progs.on_exit);
-	if (!s->exit_link) {
-		int e = errno;
-
-		snprintf(err, errlen, "cannot attach to the sched_process_exit tracepoint: %s", strerror(e));
-		return -e;
-	}
+	if ((ret = attach_tracepoint(s->skel->progs.on_exec, "sched_process_exec", &s->exec_link, err, errlen)) < 0 ||
+	    (ret = attach_tracepoint(s->skel->progs.on_exit, "sched_process_exit", &s->exit_link, err, errlen)) < 0)
+		return ret;
 	ret = sampler_attach_runtime(s, pid, rt, &proc, exe, exe_name, err, errlen);
 	if (ret < 0)
 		return ret;

@@ -241,9 +241,9 @@ static void plan_bigarray(const struct elf_image *img, struct ocaml_runtime *rt)
 		rt->probes[OCAML_PROBE_MAPPED_ALLOC].present = true;
 }
 
-/* The probes that read without sampling: which uncaught exception ended
- * the program (printexc.c, 4.x and 5.x; absent: the end reason has only
- * the exit status). */
+/* The optional probes beside the heap's: Bigarray data (plan_bigarray) and
+ * which uncaught exception ended the program (printexc.c, 4.x and 5.x; a
+ * read, never a write; absent: the end reason has only the exit status). */
 static void plan_readers(const struct elf_image *img, struct ocaml_runtime *rt)
 {
 	plan_bigarray(img, rt);
