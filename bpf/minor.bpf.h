@@ -217,4 +217,81 @@ static __always_inline __u64 minor_sample_block(struct ch_proc *p, struct minor_
 	return t >= v->start + 8 && t <= v->yp ? t : 0;
 }
 
+/* The register executor (CH_EXEC_REGISTER, user/collect/regexec.h).  The
+ * probe sits on the runtime's `mov disp(%base),%dst` that loads
+ * young_trigger before the runtime publishes max(young_trigger, ...) as
+ * young_limit, and performs that load itself: dst = the field's value, or
+ * the sample point where one is to be armed; then ip moves past the
+ * instruction, which the kernel then neither emulates nor single-steps
+ * (kernel/events/uprobes.c handle_swbp).  The runtime's own store and
+ * re-check of pending interrupts follow unchanged: nothing is written into
+ * the process, nothing is left behind if camlheap dies.  If the load cannot
+ * be done here (the page unreadable), nothing is changed and the kernel
+ * steps the original instruction.  pt_regs fields by x86 register number
+ * (arch/x86/include/asm/ptrace.h); a context access needs a constant
+ * offset, hence the switches. */
+static __always_inline __u64 reg_get(struct pt_regs *ctx, __u8 r)
+{
+	switch (r) {
+	case 0: return ctx->ax;
+	case 1: return ctx->cx;
+	case 2: return ctx->dx;
+	case 3: return ctx->bx;
+	case 4: return ctx->sp;
+	case 5: return ctx->bp;
+	case 6: return ctx->si;
+	case 7: return ctx->di;
+	case 8: return ctx->r8;
+	case 9: return ctx->r9;
+	case 10: return ctx->r10;
+	case 11: return ctx->r11;
+	case 12: return ctx->r12;
+	case 13: return ctx->r13;
+	case 14: return ctx->r14;
+	default: return ctx->r15;
+	}
+}
+
+/* Returns false for a register it does not set (rsp: never a load's
+ * destination in these functions; user space does not plan one). */
+static __always_inline bool reg_set(struct pt_regs *ctx, __u8 r, __u64 v)
+{
+	switch (r) {
+	case 0: ctx->ax = v; break;
+	case 1: ctx->cx = v; break;
+	case 2: ctx->dx = v; break;
+	case 3: ctx->bx = v; break;
+	case 5: ctx->bp = v; break;
+	case 6: ctx->si = v; break;
+	case 7: ctx->di = v; break;
+	case 8: ctx->r8 = v; break;
+	case 9: ctx->r9 = v; break;
+	case 10: ctx->r10 = v; break;
+	case 11: ctx->r11 = v; break;
+	case 12: ctx->r12 = v; break;
+	case 13: ctx->r13 = v; break;
+	case 14: ctx->r14 = v; break;
+	case 15: ctx->r15 = v; break;
+	default: return false;
+	}
+	return true;
+}
+
+/* The load of site `site` (ch_proc reg_load): its base register's value
+ * (*base) and the field's (*val).  Returns 0, or -1 if it cannot be done. */
+static __always_inline int reg_load_field(struct pt_regs *ctx, const struct ch_reg_load *site, __u64 *base, __u64 *val)
+{
+	if (!site->len)
+		return -1;
+	*base = reg_get(ctx, site->base);
+	return bpf_probe_read_user(val, 8, (void *)(*base + (__s64)site->disp)) ? -1 : 0;
+}
+
+/* Complete the load: dst = val, ip past the instruction. */
+static __always_inline void reg_load_done(struct pt_regs *ctx, const struct ch_reg_load *site, __u64 val)
+{
+	if (reg_set(ctx, site->dst, val))
+		ctx->ip += site->len;
+}
+
 #endif

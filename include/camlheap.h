@@ -213,6 +213,11 @@ enum ch_counter {
 				    * return making the one write (no OCaml code could run in between) */
 	CH_CNT_ARM_AT_RESET,       /* OCaml 5, ptrace: resets inside a dispatch that can still run OCaml code (a flag
 				    * up: bpf/ocaml5/minor.bpf.h minor5_dispatch_runs_ocaml), written there at once */
+	CH_CNT_ARMS_REGISTER,      /* register executor: young_trigger loads performed with the sample point
+				    * raised into them (the runtime then published it as young_limit) */
+	CH_CNT_IDLE_ENDS,          /* register executor, 4.x: young_alloc_end stores (caml_something_to_do set) given
+				    * the runtime's usual limit instead, nothing being there to act on (no storm) */
+	CH_CNT_IDLE_ENDS_REDONE,   /* ... of which redone with young_alloc_end: a signal was recorded meanwhile */
 	CH_CNT__COUNT
 };
 
@@ -317,6 +322,18 @@ struct ch_proc {
 	 * dispatch can still run OCaml code (minor5_dispatch_runs_ocaml) */
 	__u16 final_info_off;
 	__u16 memprof_off;
+	/* The register executor (CH_EXEC_REGISTER): the young_trigger loads
+	 * its probes perform, [0] at OCAML_PROBE_REG_TRIGGER, [1] at
+	 * OCAML_PROBE_REG_TRIGGER_PENDING (4.x), [2] at OCAML_PROBE_REG_END
+	 * (4.x: young_alloc_end), as found in the runtime's code
+	 * (user/target/ocaml_runtime.h struct ocaml_reg_load) */
+	struct ch_reg_load {
+		__u8 dst;           /* destination register, x86 number (0 rax .. 15 r15) */
+		__u8 base;          /* base register, x86 number */
+		__u8 len;           /* instruction length, bytes: ip moves past it */
+		__u8 store_len;     /* [2] only: the store of the loaded register that follows it, bytes */
+		__s32 disp;         /* displacement from the base, bytes */
+	} reg_load[3];
 };
 
 /* The window's gate, the `window_gate` global of alloc.bpf.c, set by user
@@ -395,6 +412,8 @@ enum ch_executor {
 	CH_EXEC_OBSERVE = 0,  /* none: never write; minor samples only from the program's own Gc.Memprof */
 	CH_EXEC_PTRACE = 1,   /* BPF queues the write per thread and stops the thread with SIGURG */
 	CH_EXEC_KERNEL = 2,   /* bpf_probe_write_user in the probe itself */
+	CH_EXEC_REGISTER = 3, /* nothing written: the probe performs the runtime's young_trigger load with the
+			       * sample point folded in, and the runtime publishes it (user/collect/regexec.h) */
 };
 
 /* Map `write_req`, key = tid: the write the ptrace executor must perform in

@@ -12,6 +12,10 @@ Configurations, at each rate (1e-5, 1e-4):
                and its resumption)
   ptrace pin   camlheap and the target both pinned to CPU 0 (taskset), the
                placement where every stop is a same-CPU switch
+  register     the probe changes the register the runtime publishes as
+               young_limit, if this kernel lets uprobe programs write
+               registers (not this machine's 6.18: `make test-vm` measures it
+               in a VM on Debian unstable's kernel)
   kernel       bpf_probe_write_user, if this kernel allows it (not under
                lockdown: `make test-vm` measures it in a VM)
 
@@ -55,11 +59,18 @@ REPEAT = int(os.environ.get("REPEAT", "5"))
 RATES = ["1e-5", "1e-4"]
 
 
-def kernel_executor_available():
-    p = subprocess.run([chtest.CAMLHEAP, "record", "--executor", "kernel", "--duration", "0.1", "-o", "/dev/null",
-                        "--", chtest.fixture("alloc_minor"), "n=1"], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
-    return p.returncode == 0
+def executors_available():
+    """The executors beside ptrace that this kernel allows: register (uprobe
+    programs may change registers) and kernel (bpf_probe_write_user), as
+    camlheap itself judges them."""
+    out = []
+    for ex in ("register", "kernel"):
+        p = subprocess.run([chtest.CAMLHEAP, "record", "--executor", ex, "--duration", "0.1", "-o", "/dev/null",
+                            "--", chtest.fixture("alloc_minor"), "n=1"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+        if p.returncode == 0:
+            out.append(ex)
+    return out
 
 
 def timed(cmd, cwd=None):
@@ -100,8 +111,8 @@ def configs(memprof_arg, kernel, rates=None):
         out.append(("ptrace", r, rec(["--executor", "ptrace"])))
         out.append(("ptrace+awake", r, rec(["--executor", "ptrace", "--keep-cpus-awake"])))
         out.append(("ptrace pin", r, rec(["--executor", "ptrace"], pin=True)))
-        if kernel:
-            out.append(("kernel", r, rec(["--executor", "kernel"])))
+        for ex in kernel or ():
+            out.append((ex, r, rec(["--executor", ex])))
     return out
 
 
@@ -484,7 +495,7 @@ def bench_serve_attach(n):
 def bench_idiom(kernel):
     bench("List.length (List.init 5000 string_of_int), 6 000 times (cdeep init; C code allocating deep in a "
           "recursion)", [chtest.fixture("cdeep"), "init", "n=6000"], kernel=kernel,
-          only=("observe", "ptrace", "kernel"))
+          only=("observe", "ptrace", "register", "kernel"))
 
 
 REAL_DEBS = ("coq", "libcoq-stdlib", "why3")
@@ -525,7 +536,7 @@ def bench_real(kernel):
     kernel allows it.  REAL_REPEAT runs each (default 3)."""
     ensure_debs(REAL_DEBS)
     repeat = int(os.environ.get("REAL_REPEAT", "3"))
-    only = ("observe", "ptrace", "kernel")
+    only = ("observe", "ptrace", "register", "kernel")
     d = tempfile.mkdtemp(prefix="camlheap-bench-real-")
     coq = os.path.join(d, "coq")
     os.mkdir(coq)
@@ -557,8 +568,10 @@ def bench_real(kernel):
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
-    kernel = kernel_executor_available()
-    print("kernel executor: %s" % ("available" if kernel else
+    kernel = executors_available()
+    print("register executor: %s" % ("available" if "register" in kernel else
+                                     "not available on this kernel (uprobe programs may not write registers)"))
+    print("kernel executor: %s" % ("available" if "kernel" in kernel else
                                    "not available on this kernel (lockdown refuses bpf_probe_write_user)"))
     if os.environ.get("BENCH_ONLY") == "census":
         bench_census()

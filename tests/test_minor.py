@@ -190,6 +190,34 @@ def _ptrace_stopped(tid):
         return False
 
 
+def test_register_executor_where_the_kernel_allows_it_and_a_clear_refusal_where_not():
+    """--executor register needs a kernel whose uprobe programs may change
+    registers (collect/regexec.h: a load check, then a behavioural check on
+    camlheap's own code).  Where the kernel refuses (this machine's and CI's
+    6.18: "invalid bpf_context access"), camlheap says which check failed,
+    exits 2 before the command runs (the marker file the command would
+    create is absent) and writes no report; `auto` then runs another
+    executor.  Where the kernel allows it (make test-vm's Debian unstable
+    kernel runs the full checks), the report's first line names it and no
+    sample point is missed."""
+    d = tmpdir()
+    out, marker = os.path.join(d, "r.txt"), os.path.join(d, "ran")
+    rc, so, se = chtest.run_record(["--executor", "register", "--rate", "1e-4", "-o", out],
+                                   ["sh", "-c", "touch %s; exec %s n=400000" % (marker, fixture("alloc_minor"))])
+    if rc == 2:
+        assert re.search(r"--executor register: the kernel (refuses uprobe programs that write registers|"
+                         r"has no uprobe_multi links|took the register write but still ran)", se), se
+        assert "use --executor auto" in se, se
+        assert not os.path.exists(marker) and not os.path.exists(out), "the command ran, or a report was written"
+        rc, so, se = chtest.run_record(["--rate", "1e-4", "-o", out], [fixture("alloc_minor"), "n=1000"])
+        assert rc == 0 and not open(out).read().startswith("camlheap: executor register"), se
+    else:
+        assert rc == 0, se
+        rep = chtest.Report(open(out).read())
+        assert rep.first_line().startswith("camlheap: executor register;"), rep.first_line()
+        assert rep.minor()["missed"] == 0, rep.header.get("minor")
+
+
 def test_minor_target_stopped_and_continued():
     """SIGSTOP / SIGCONT to a recorded target: the group-stop is kept as
     without camlheap (the target stays stopped), then it goes on and

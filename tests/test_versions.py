@@ -1008,3 +1008,83 @@ def test_v5_4_1__minor_sites_rate_1e4_every_part_at_once():
 
 def test_v5_3_0_fp__minor_sites_rate_1e4_every_part_at_once():
     _minor_sites_5("5.3.0-fp")
+
+
+# -- the register executor's sites, against objdump's reading --------------
+
+_X86 = {n: i for i, n in enumerate(("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11",
+                                     "r12", "r13", "r14", "r15"))}
+
+
+def _register_sites(name):
+    """The young_trigger loads the register executor performs itself
+    (collect/regexec.h), as camlheap finds them in each release's runtime
+    (ocaml_runtime_find_field_load, said under CAMLHEAP_DEBUG), against
+    objdump's disassembly of the same functions in the same binary: the
+    first `mov 0x48(%reg),%reg` of caml_update_young_limit and of
+    caml_do_pending_actions_exn on 4.x (young_trigger, 72 bytes into
+    Caml_state), the first `mov 0x20(%rdi),%reg` of caml_reset_young_limit
+    on 5.x (32 bytes into the domain state).  Every supported release must
+    have them, or the register executor would leave it to another."""
+    import re
+    saved = _with_fixtures(name) if name else chtest.FIXTURES
+    try:
+        exe = chtest.fixture("alloc_minor")
+    finally:
+        chtest.FIXTURES = saved
+    env = dict(os.environ, CAMLHEAP_DEBUG="1")
+    d = chtest.tmpdir()
+    p = subprocess.run([chtest.CAMLHEAP, "record", "--executor", "observe", "-o", os.path.join(d, "r.txt"), "--",
+                        exe, "n=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    got = {m.group(1): (int(m.group(2), 16), int(m.group(3)), int(m.group(4)), int(m.group(5)), int(m.group(6)))
+           for m in re.finditer(r"register site (\w+)\+(0x[0-9a-f]+|0): load (-?\d+)\(r(\d+)\) -> r(\d+), (\d+) bytes",
+                                p.stderr.decode())}
+    five = name is not None and name.startswith("5.")
+    fns = ("caml_reset_young_limit",) if five else ("caml_update_young_limit", "caml_do_pending_actions_exn")
+    disp = 0x20 if five else 0x48
+    assert set(got) == set(fns), (name, p.stderr.decode()[-2000:])
+    for fn in fns:
+        dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "--disassemble=" + fn, exe],
+                             stdout=subprocess.PIPE, check=True).stdout.decode()
+        start = int(re.search(r"^([0-9a-f]+) <%s>:" % fn, dis, re.M).group(1), 16)
+        want = None
+        for m in re.finditer(r"^\s*([0-9a-f]+):\s+mov\s+0x%x\(%%(\w+)\),%%(\w+)$" % disp, dis, re.M):
+            base = _X86.get(m.group(2))
+            if five and base != _X86["rdi"]:
+                continue
+            want = (int(m.group(1), 16) - start, disp, base, _X86[m.group(3)])
+            break
+        assert want, "objdump finds no young_trigger load in %s (%s)" % (fn, name)
+        at, d_, base, dst, ln = got[fn]
+        assert (at, d_, base, dst) == want, (name, fn, got[fn], want)
+        assert ln in (4, 7), got[fn]
+    if five:
+        return
+    # 4.x: the young_alloc_end tail of caml_update_young_limit (its load, the
+    # store into young_limit, the ret) that the storm check replaces
+    m = re.search(r"register end site caml_update_young_limit\+(0x[0-9a-f]+): load 56\(r(\d+)\) -> r(\d+), 4 bytes, "
+                  r"store (\d+) bytes, ret", p.stderr.decode())
+    assert m, (name, p.stderr.decode()[-2000:])
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "--disassemble=caml_update_young_limit", exe],
+                         stdout=subprocess.PIPE, check=True).stdout.decode()
+    start = int(re.search(r"^([0-9a-f]+) <caml_update_young_limit>:", dis, re.M).group(1), 16)
+    ins = re.findall(r"^\s*([0-9a-f]+):\s+(\S+)\s*(\S*)$", dis, re.M)
+    k = next(i for i, (_, op, args) in enumerate(ins) if op == "mov" and args.startswith("0x38(%"))
+    load = re.match(r"0x38\(%(\w+)\),%(\w+)$", ins[k][2])
+    assert (int(ins[k][0], 16) - start, _X86[load.group(1)], _X86[load.group(2)]) == \
+        (int(m.group(1), 16), int(m.group(2)), int(m.group(3))), (name, ins[k], m.group(0))
+    assert ins[k + 1][1] == "mov" and ins[k + 1][2].startswith("%" + load.group(2) + ",") and ins[k + 2][1] == "ret", \
+        (name, ins[k:k + 3])
+
+
+def test_host_4_13__register_executor_sites_agree_with_objdump():
+    _register_sites(None)
+
+
+for _v in ("4.12.0", "4.12.1", "4.14.0", "4.14.2", "5.1.0", "5.2.0", "5.3.0", "5.4.1", "5.3.0-fp"):
+    def _f(_v=_v):
+        _register_sites(_v)
+    _f.__name__ = "test_v%s__register_executor_sites_agree_with_objdump" % _v.replace(".", "_").replace("-", "_")
+    globals()[_f.__name__] = _f
+del _v, _f

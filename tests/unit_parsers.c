@@ -499,6 +499,86 @@ static void test_limit_layout(void)
 	      "limit layout: unrecognised code", "foreign Caml_state gave %d", rforeign);
 }
 
+/* The register executor's young_trigger loads (ocaml_runtime_find_field_load),
+ * on the code of the real runtimes (objdump of each libasmrun.a, relocations
+ * filled in as if Caml_state lay at 0x3000 and the function at 0x1000). */
+static void test_find_field_load(void)
+{
+	/* 4.13.1 caml_update_young_limit */
+	uint8_t u413[] = { 0x48, 0x8b, 0x15, 0, 0, 0, 0, 0x48, 0x8b, 0x0d, 0, 0, 0, 0, 0x48, 0x8b, 0x42, 0x48,
+			   0x48, 0x39, 0xc8, 0x48, 0x0f, 0x42, 0xc1, 0x48, 0x89, 0x02, 0xc3 };
+	/* 4.13.1 caml_do_pending_actions_exn, up to its inlined copy */
+	uint8_t p413[] = { 0x48, 0x83, 0xec, 0x08, 0xbf, 0x01, 0, 0, 0, 0xc7, 0x05, 0, 0, 0, 0, 0, 0, 0, 0,
+			   0xe8, 0, 0, 0, 0, 0x48, 0x8b, 0x15, 0, 0, 0, 0, 0x48, 0x8b, 0x0d, 0, 0, 0, 0,
+			   0x48, 0x8b, 0x42, 0x48, 0x48, 0x39, 0xc8 };
+	/* 5.3.0 and 5.1.0 caml_reset_young_limit */
+	uint8_t r53[] = { 0x48, 0x8b, 0x87, 0xd8, 0x01, 0, 0, 0x48, 0x8b, 0x57, 0x20, 0x48, 0x39, 0xd0 };
+	uint8_t r51[] = { 0x48, 0x8b, 0x47, 0x20, 0x48, 0x87, 0x07 };
+	/* rdi overwritten first: its young_trigger is not the argument's */
+	uint8_t clobber[] = { 0x48, 0x8b, 0x3f, 0x48, 0x8b, 0x47, 0x20 };
+	struct ocaml_reg_load l;
+	uint32_t rel;
+	int r;
+
+	rel = 0x3000 - (0x1000 + 7); /* mov Caml_state(%rip),%rdx */
+	memcpy(u413 + 3, &rel, 4);
+	r = ocaml_runtime_find_field_load(u413, sizeof(u413), 0x1000, 0x3000, 72, &l);
+	check(r == 0 && l.at == 14 && l.len == 4 && l.dst == 0 && l.base == 2 && l.disp == 72,
+	      "field load: 4.13 caml_update_young_limit", "r %d at %u len %u dst %u base %u", r, l.at, l.len, l.dst,
+	      l.base);
+	check(ocaml_runtime_find_field_load(u413, sizeof(u413), 0x1000, 0x4000, 72, &l) == -1,
+	      "field load: a base that is not Caml_state", "accepted");
+	rel = 0x3000 - (0x1000 + 31);
+	memcpy(p413 + 27, &rel, 4);
+	r = ocaml_runtime_find_field_load(p413, sizeof(p413), 0x1000, 0x3000, 72, &l);
+	check(r == 0 && l.at == 38 && l.dst == 0 && l.base == 2, "field load: 4.13 inlined copy after a call",
+	      "r %d at %u", r, l.at);
+	/* the call forgets the caller-saved registers: Caml_state loaded before it does not count */
+	{
+		uint8_t c[] = { 0x48, 0x8b, 0x15, 0, 0, 0, 0, 0xe8, 0, 0, 0, 0, 0x48, 0x8b, 0x42, 0x48 };
+
+		rel = 0x3000 - (0x1000 + 7);
+		memcpy(c + 3, &rel, 4);
+		check(ocaml_runtime_find_field_load(c, sizeof(c), 0x1000, 0x3000, 72, &l) == -1,
+		      "field load: a register a call clobbered", "accepted");
+	}
+	r = ocaml_runtime_find_field_load(r53, sizeof(r53), 0x1000, 0, 32, &l);
+	check(r == 0 && l.at == 7 && l.len == 4 && l.dst == 2 && l.base == 7 && l.disp == 32,
+	      "field load: 5.3 caml_reset_young_limit", "r %d at %u dst %u", r, l.at, l.dst);
+	r = ocaml_runtime_find_field_load(r51, sizeof(r51), 0x1000, 0, 32, &l);
+	check(r == 0 && l.at == 0 && l.dst == 0 && l.base == 7, "field load: 5.1 caml_reset_young_limit",
+	      "r %d at %u", r, l.at);
+	check(ocaml_runtime_find_field_load(clobber, sizeof(clobber), 0x1000, 0, 32, &l) == -1,
+	      "field load: the argument register overwritten", "accepted");
+	/* 4.13.1 caml_update_young_limit whole: its young_alloc_end tail */
+	{
+		uint8_t c[] = { 0x48, 0x8b, 0x15, 0, 0, 0, 0, 0x48, 0x8b, 0x0d, 0, 0, 0, 0, 0x48, 0x8b, 0x42, 0x48,
+				0x48, 0x39, 0xc8, 0x48, 0x0f, 0x42, 0xc1, 0x48, 0x89, 0x02, 0x8b, 0x05, 0, 0, 0, 0,
+				0x85, 0xc0, 0x74, 0x0e, 0x48, 0x8b, 0x05, 0, 0, 0, 0, 0x48, 0x8b, 0x50, 0x38, 0x48,
+				0x89, 0x10, 0xc3 };
+		unsigned store = 0;
+
+		rel = 0x3000 - (0x1000 + 7);
+		memcpy(c + 3, &rel, 4);
+		rel = 0x3000 - (0x1000 + 45);
+		memcpy(c + 41, &rel, 4);
+		r = ocaml_runtime_find_end_store(c, sizeof(c), 0x1000, 0x3000, 56, 0, &l, &store);
+		check(r == 0 && l.at == 45 && l.dst == 2 && l.base == 0 && store == 3,
+		      "end store: 4.13 caml_update_young_limit's tail", "r %d at %u dst %u base %u store %u", r, l.at,
+		      l.dst, l.base, store);
+		/* 4.12 keeps young_limit at byte 8: a store to 0 contradicts it */
+		check(ocaml_runtime_find_end_store(c, sizeof(c), 0x1000, 0x3000, 56, 8, &l, &store) == -1,
+		      "end store: a store elsewhere than young_limit", "accepted");
+		c[sizeof(c) - 1] = 0x90; /* no ret after the store */
+		check(ocaml_runtime_find_end_store(c, sizeof(c), 0x1000, 0x3000, 56, 0, &l, &store) == -1,
+		      "end store: no ret after it", "accepted");
+	}
+	/* an instruction the walk does not know (int3) stops it */
+	r51[0] = 0xcc;
+	check(ocaml_runtime_find_field_load(r51, sizeof(r51), 0x1000, 0, 32, &l) == -1,
+	      "field load: unknown code", "accepted");
+}
+
 static void test_version(const struct elf_image *img, const char *path)
 {
 	char ver[64] = "", cmd[512], out[64] = "";
@@ -1232,6 +1312,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(programs) / sizeof(programs[0]); i++)
 		test_demangle_binary(programs[i]);
 	test_limit_layout();
+	test_find_field_load();
 	test_self_dwarf();
 	test_ocamlopt(ocamlopt ? ocamlopt : DEFAULT_OCAMLOPT);
 	if (argc == 3)

@@ -205,6 +205,8 @@ static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_vi
 	__u64 want = v->young_trigger;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 
+	if (executor == CH_EXEC_REGISTER)
+		return; /* it arms inside the runtime's own recomputations only (reg_trigger4) */
 	if (v->memprof_trig > want && v->memprof_trig <= v->end)
 		want = v->memprof_trig;
 	if (p->minor_trig > want && p->minor_trig <= v->yp) {
@@ -395,6 +397,150 @@ SEC("uprobe")
 int on_rearm_pending(struct pt_regs *ctx)
 {
 	rearm(ctx, true);
+	return 0;
+}
+
+/* Register executor (minor.bpf.h reg_get): the young_trigger load of
+ * caml_update_young_limit (site 0) or of caml_do_pending_actions_exn's
+ * inlined copy of it (site 1), 4.13.1 runtime/signals.c, performed here.
+ * The runtime then stores max(this value, caml_memprof_young_trigger) into
+ * young_limit and, if caml_something_to_do is set, young_alloc_end over it:
+ * a pending action always wins, a signal recorded meanwhile included (its
+ * caml_set_action_pending sets the flag before it stores).  A P inside the
+ * block a dispatch is about to redo is armed all the same: the redo does
+ * not look at young_limit, the return probe samples the block, and the
+ * next allocation's (spurious) trap re-arms the next P at its own
+ * recomputation.  Armed only once the layout is verified (at a dispatch
+ * entry: minor_layout_check). */
+static __always_inline __u64 reg_arm4(struct ch_proc *p, __u64 trig)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct inflight_tid *it;
+	struct minor_view v;
+
+	if (p->layout != CH_LAYOUT_VERIFIED || minor_read_view(p, &v))
+		return trig;
+	minor_sync_epoch(p, &v);
+	it = bpf_map_lookup_elem(&inflight_by_tid, &tid);
+	minor_skip_passed(p, &v, v.yp + (it ? it->whsize * 8 : 0));
+	if (p->minor_trig > trig && p->minor_trig <= v.yp) {
+		count(CH_CNT_ARMS_REGISTER, 1);
+		return p->minor_trig;
+	}
+	return trig;
+}
+
+static __always_inline int reg_trigger4(struct pt_regs *ctx, int k)
+{
+	struct ch_proc *p = current_proc();
+	struct ch_reg_load site;
+	__u64 base, val;
+
+	if (!p)
+		return 0;
+	site = p->reg_load[k];
+	if (reg_load_field(ctx, &site, &base, &val))
+		return 0;
+	if (p->minor_on && executor == CH_EXEC_REGISTER)
+		val = reg_arm4(p, val);
+	reg_load_done(ctx, &site, val);
+	return 0;
+}
+
+SEC("uprobe")
+int on_reg_trigger4(struct pt_regs *ctx)
+{
+	return reg_trigger4(ctx, 0);
+}
+
+SEC("uprobe")
+int on_reg_trigger4_pending(struct pt_regs *ctx)
+{
+	return reg_trigger4(ctx, 1);
+}
+
+/* Register executor, 4.x: no storm of C-side traps.  caml_update_young_limit
+ * ends `if (caml_something_to_do) young_limit = young_alloc_end; return`
+ * (4.14.2 runtime/signals.c).  Where nothing is there to act on
+ * (minor4_actions_idle: the trap that young_alloc_end causes would only
+ * clear the flag, and C code allocating until OCaml code runs would trap at
+ * every allocation), the probe on that load gives the runtime its usual
+ * value instead, max(young_trigger, memprof trigger, P), as the other
+ * executors write at a dispatch's return; caml_something_to_do stays set
+ * for C code that polls it.  A signal recorded between this load and the
+ * store would have its young_alloc_end erased by the store: the probe on
+ * the `ret` right after the store re-checks signals_are_pending (the one
+ * flag another thread can raise, caml_record_signal, which sets it before
+ * it stores) and, if it is up, sends the thread back to the store with
+ * young_alloc_end in the register; otherwise it performs the ret itself. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);   /* tid */
+	__type(value, __u64); /* young_alloc_end, to store if a signal came */
+} reg_end_subst SEC(".maps");
+
+SEC("uprobe")
+int on_reg_end4(struct pt_regs *ctx)
+{
+	struct ch_proc *p = current_proc();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct ch_reg_load site;
+	struct minor_view v;
+	__u64 base, val, want;
+
+	if (!p)
+		return 0;
+	site = p->reg_load[2];
+	if (reg_load_field(ctx, &site, &base, &val))
+		return 0;
+	if (p->minor_on && executor == CH_EXEC_REGISTER && p->layout == CH_LAYOUT_VERIFIED && !minor_read_view(p, &v) &&
+	    val == v.end && minor4_actions_idle(p, &v)) {
+		want = v.young_trigger;
+		if (v.memprof_trig > want && v.memprof_trig <= v.end)
+			want = v.memprof_trig;
+		minor_sync_epoch(p, &v);
+		if (p->minor_trig > want && p->minor_trig <= v.yp) {
+			want = p->minor_trig;
+			count(CH_CNT_ARMS_REGISTER, 1);
+		}
+		if (!bpf_map_update_elem(&reg_end_subst, &tid, &val, BPF_ANY)) {
+			val = want;
+			count(CH_CNT_IDLE_ENDS, 1);
+		}
+	}
+	reg_load_done(ctx, &site, val);
+	return 0;
+}
+
+SEC("uprobe")
+int on_reg_end_ret4(struct pt_regs *ctx)
+{
+	struct ch_proc *p = current_proc();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 *endp, end, sig = 1, ret;
+	struct ch_reg_load site;
+
+	if (!p)
+		return 0;
+	endp = bpf_map_lookup_elem(&reg_end_subst, &tid);
+	if (endp) {
+		end = *endp;
+		bpf_map_delete_elem(&reg_end_subst, &tid);
+		site = p->reg_load[2];
+		if ((bpf_probe_read_user(&sig, 8, (void *)(p->signals_pending_sym + p->load_bias)) || sig) &&
+		    site.store_len && reg_set(ctx, site.dst, end)) {
+			/* back to the store, young_alloc_end in its register */
+			ctx->ip -= site.store_len;
+			count(CH_CNT_IDLE_ENDS_REDONE, 1);
+			return 0;
+		}
+	}
+	/* the ret itself (saves the kernel its single step) */
+	if (!bpf_probe_read_user(&ret, 8, (void *)ctx->sp)) {
+		ctx->ip = ret;
+		ctx->sp += 8;
+	}
 	return 0;
 }
 

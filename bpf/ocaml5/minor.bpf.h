@@ -592,4 +592,37 @@ int BPF_KPROBE(on_sample_young5, __u64 wosize, __u32 from_caml, __u32 nallocs, _
 	return 0;
 }
 
+/* Register executor (minor.bpf.h reg_get): caml_reset_young_limit's load of
+ * young_trigger (5.3 runtime/domain.c:1770), performed here with the sample
+ * point where the kernel executor would lend it (minor5_lend_trigger: the
+ * same conditions); the runtime's atomic exchange then publishes it and its
+ * re-check of every pending interrupt follows, as with the loan, but
+ * nothing is written and nothing needs giving back. */
+SEC("uprobe")
+int on_reg_trigger5(struct pt_regs *ctx)
+{
+	struct ch_proc *p = current_proc();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct ch_reg_load site;
+	struct minor_view v;
+	struct ch_domain *d;
+	__u64 dom, val;
+
+	if (!p)
+		return 0;
+	site = p->reg_load[0];
+	if (reg_load_field(ctx, &site, &dom, &val))
+		return 0;
+	if (p->minor_on && executor == CH_EXEC_REGISTER && (d = minor5_at_reset(p, dom, tid, &v))) {
+		if (v.memprof_trig > v.start && v.memprof_trig <= v.end) {
+			count(CH_CNT_MEMPROF_ACTIVE, 1);
+		} else if (d->minor_trig > val && d->minor_trig <= v.yp && !minor5_in_margin(d->minor_trig, val)) {
+			val = d->minor_trig;
+			count(CH_CNT_ARMS_REGISTER, 1);
+		}
+	}
+	reg_load_done(ctx, &site, val);
+	return 0;
+}
+
 #endif

@@ -29,7 +29,8 @@ static const char record_doc[] =
 	"In launch mode the command starts stopped at exec, runs once the probes are attached, keeps "
 	"its stdin/stdout/stderr, and camlheap exits with its status. "
 	"Every allocation is sampled: minor-heap ones by raising the runtime's young_limit so that the "
-	"sampled word traps (an executor writes it: the kernel where it allows bpf_probe_write_user, else a "
+	"sampled word traps (an executor sees to it: where the kernel lets a uprobe change registers, the "
+	"runtime publishes it itself; else the kernel writes it where it allows bpf_probe_write_user, else a "
 	"ptrace stop of the allocating thread), direct major-heap, custom (out-of-heap) and unmarshalled ones "
 	"through read-only probes. The report's first line names the executor that ran.";
 
@@ -59,7 +60,9 @@ static const struct argp_option record_options[] = {
 	  "camlheap's reaches the command's stdout or stderr but errors, and the report without -o)", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
 	{ "executor", OPT_EXECUTOR, "WHICH", 0,
-	  "Who writes young_limit for minor-heap sampling: auto (default: kernel if allowed, else ptrace), "
+	  "Who raises young_limit for minor-heap sampling: auto (default: register if the kernel allows it, "
+	  "else kernel if allowed, else ptrace), register (nothing written: the probe changes the value the "
+	  "runtime itself publishes; kernels whose uprobe programs may write registers, lockdown or not), "
 	  "kernel (bpf_probe_write_user; refused under kernel lockdown), ptrace (camlheap traces the target's "
 	  "threads: gdb/strace cannot attach meanwhile), observe (never write: no minor-heap sampling)",
 	  0 },
@@ -126,7 +129,7 @@ static const struct argp_option census_options[] = {
 	{ "top", 'n', "N", 0, "Entries shown (default 20; 0: all)", 0 },
 	{ "by", OPT_BY, "WHAT", 0, "As for record: point (default) or stack", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
-	{ "executor", OPT_EXECUTOR, "WHICH", 0, "As for record: auto, kernel, ptrace or observe", 0 },
+	{ "executor", OPT_EXECUTOR, "WHICH", 0, "As for record: auto, register, kernel, ptrace or observe", 0 },
 	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default 262144)", 0 },
 	{ "malloc", OPT_MALLOC, NULL, 0, "As for record: count the program's own malloc and anonymous mmap too", 0 },
 	{ "quiet", 'q', NULL, 0, "Say nothing on stderr but errors", 0 },
@@ -267,8 +270,10 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 			o->executor = RECORD_EXEC_PTRACE;
 		else if (!strcmp(arg, "observe"))
 			o->executor = RECORD_EXEC_OBSERVE;
+		else if (!strcmp(arg, "register"))
+			o->executor = RECORD_EXEC_REGISTER;
 		else
-			argp_error(state, "unknown executor '%s' (auto, kernel, ptrace or observe)", arg);
+			argp_error(state, "unknown executor '%s' (auto, register, kernel, ptrace or observe)", arg);
 		break;
 	case OPT_KEEP_AWAKE:
 		o->keep_cpus_awake = true;
@@ -368,7 +373,7 @@ static const struct argp_option top_options[] = {
 	  0 },
 	{ "duration", OPT_TOP_DURATION, "SECONDS", 0, "Stop (and detach) after SECONDS", 0 },
 	{ "rate", 'r', "LAMBDA", 0, "Samples per allocated word, 0 < LAMBDA <= 1 (default 1e-5)", 0 },
-	{ "executor", OPT_EXECUTOR, "WHICH", 0, "As for record: auto, kernel, ptrace or observe", 0 },
+	{ "executor", OPT_EXECUTOR, "WHICH", 0, "As for record: auto, register, kernel, ptrace or observe", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
 	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default 262144)", 0 },
 	{ "no-census", OPT_NO_CENSUS, NULL, 0, "Do not follow sampled blocks (no LIVE, TREND, AGE)", 0 },

@@ -34,6 +34,7 @@
 #include "target/ocaml_runtime.h"
 #include "target/proc.h"
 #include "collect/ptexec.h"
+#include "collect/regexec.h"
 #include "profile/profile.h"
 #include "collect/sampler.h"
 #include "collect/malloc_probes.h"
@@ -77,11 +78,15 @@ static const char *const executor_names[] = {
 	[CH_EXEC_OBSERVE] = "observe",
 	[CH_EXEC_PTRACE] = "ptrace",
 	[CH_EXEC_KERNEL] = "kernel",
+	[CH_EXEC_REGISTER] = "register",
 };
 
-/* --executor auto|kernel|ptrace|observe -> the executor that will run. */
+/* --executor auto|register|kernel|ptrace|observe -> the executor that will
+ * run (before the target is known: run_plan falls back from register if
+ * its runtime's code has no site it knows). */
 static int choose_executor(enum record_executor want, enum ch_executor *ex, char *msg, size_t len)
 {
+	char why[256];
 	int allowed;
 
 	switch (want) {
@@ -91,8 +96,21 @@ static int choose_executor(enum record_executor want, enum ch_executor *ex, char
 	case RECORD_EXEC_OBSERVE:
 		*ex = CH_EXEC_OBSERVE;
 		return 0;
+	case RECORD_EXEC_REGISTER:
+		allowed = regexec_supported(why, sizeof(why));
+		if (allowed == 1) {
+			*ex = CH_EXEC_REGISTER;
+			return 0;
+		}
+		snprintf(msg, len, "--executor register: %s; use --executor auto",
+			 allowed == -EPERM ? "camlheap lacks the privileges to load BPF" : why);
+		return -EPERM;
 	case RECORD_EXEC_KERNEL:
 	case RECORD_EXEC_AUTO:
+		if (want == RECORD_EXEC_AUTO && regexec_supported(NULL, 0) == 1) {
+			*ex = CH_EXEC_REGISTER;
+			return 0;
+		}
 		allowed = sampler_kernel_write_allowed();
 		if (allowed == 1) {
 			*ex = CH_EXEC_KERNEL;
@@ -227,6 +245,20 @@ static int run_plan(struct run *r)
 	r->exe_unsupported = ret == -ENOEXEC || ret == -ENOTSUP;
 	if (ret < 0)
 		return ret;
+	if (getenv("CAMLHEAP_DEBUG"))
+		for (int k = OCAML_PROBE_REG_TRIGGER; k <= OCAML_PROBE_REG_TRIGGER_PENDING; k++)
+			if (t->rt.probes[k].present) {
+				const struct ocaml_reg_load *l = &t->rt.reg_trigger[k - OCAML_PROBE_REG_TRIGGER];
+
+				/* the tests compare these with objdump's reading */
+				fprintf(stderr, "camlheap: register site %s+%#x: load %d(r%u) -> r%u, %u bytes\n",
+					t->rt.probes[k].symbol, l->at, l->disp, l->base, l->dst, l->len);
+			}
+	if (getenv("CAMLHEAP_DEBUG") && t->rt.probes[OCAML_PROBE_REG_END].present)
+		fprintf(stderr, "camlheap: register end site %s+%#x: load %d(r%u) -> r%u, %u bytes, store %u bytes, ret\n",
+			t->rt.probes[OCAML_PROBE_REG_END].symbol, t->rt.reg_trigger[2].at, t->rt.reg_trigger[2].disp,
+			t->rt.reg_trigger[2].base, t->rt.reg_trigger[2].dst, t->rt.reg_trigger[2].len,
+			t->rt.reg_end_store_len);
 	memprof_rate = t->rt.minor_ok ? target_memprof_rate(t) : -1;
 	if (memprof_rate > 0 && (o->executor == RECORD_EXEC_AUTO || o->executor == RECORD_EXEC_OBSERVE)) {
 		/* the program samples itself: never arm, take its samples */
@@ -245,6 +277,32 @@ static int run_plan(struct run *r)
 		 * the probes are in (ptexec_free detaches and lets it run) */
 		r->px_untraced = r->px != NULL;
 		r->ex = CH_EXEC_OBSERVE;
+	} else if (r->ex == CH_EXEC_REGISTER && !t->rt.regexec_ok) {
+		/* a runtime compiled otherwise than the releases' tested builds */
+		static const char no_site[] = "its runtime's young_limit recomputation does not load young_trigger "
+					      "in a form the register executor performs (ocaml_runtime.h "
+					      "ocaml_runtime_find_field_load)";
+
+		if (o->executor == RECORD_EXEC_REGISTER) {
+			snprintf(r->msg, sizeof(r->msg), "--executor register cannot sample PID %d: %s; use --executor auto",
+				 t->pid, no_site);
+			return -ENOTSUP;
+		}
+		if (sampler_kernel_write_allowed() == 1) {
+			r->ex = CH_EXEC_KERNEL;
+		} else if (t->launched) {
+			/* the command is already held by this thread, not the executor's */
+			r->ex = CH_EXEC_OBSERVE;
+			r->meta.minor_off_why = "the register executor cannot sample this program (its runtime's "
+						"young_trigger load is of a form it does not know), and in launch mode the "
+						"ptrace executor cannot take over: attach with -p PID --executor ptrace";
+		} else {
+			r->ex = CH_EXEC_PTRACE;
+			ret = ptexec_attach(t->pid, &r->px, r->msg, sizeof(r->msg));
+			if (ret < 0)
+				return ret;
+		}
+		record_say("camlheap: PID %d: %s: the %s executor runs instead\n", t->pid, no_site, executor_names[r->ex]);
 	} else if (r->ex == CH_EXEC_OBSERVE) {
 		r->meta.minor_off_why = "--executor observe: camlheap never writes to the target";
 	} else if (r->ex == CH_EXEC_PTRACE && !r->px) {
@@ -257,6 +315,11 @@ static int run_plan(struct run *r)
 		r->meta.minor_source = t->rt.all_domains_sym && t->rt.slice_epoch_sym && t->rt.pending_signals_sym
 			? "young_limit traps, the domain's interrupt flags read around each write" /* ptexec5.c */
 			: "young_limit traps, every other thread stopped around each write (no .symtab)";
+	if (t->rt.minor_ok && r->ex == CH_EXEC_REGISTER)
+		r->meta.minor_source = t->rt.major == 5
+			? "young_limit traps, published by caml_reset_young_limit from a young_trigger load the probe performs"
+			: "young_limit traps, published by caml_update_young_limit from a young_trigger load the probe "
+			  "performs";
 	if (t->rt.major == 5 && t->rt.minor_ok && r->ex == CH_EXEC_KERNEL)
 		r->meta.minor_source = "young_limit traps, published by caml_reset_young_limit from a lent young_trigger";
 	if (o->keep_cpus_awake && r->ex != CH_EXEC_PTRACE)

@@ -14,10 +14,12 @@
 
 /* --executor: who performs the young_limit writes of minor-heap sampling. */
 enum record_executor {
-	RECORD_EXEC_AUTO = 0,  /* kernel if this kernel allows bpf_probe_write_user, else ptrace */
+	RECORD_EXEC_AUTO = 0,  /* register if this kernel lets uprobes change registers, else kernel if it allows
+				* bpf_probe_write_user, else ptrace */
 	RECORD_EXEC_KERNEL,
 	RECORD_EXEC_PTRACE,
 	RECORD_EXEC_OBSERVE,   /* never write: no minor-heap sampling */
+	RECORD_EXEC_REGISTER,  /* the probe changes the register the runtime publishes (collect/regexec.h) */
 };
 
 struct record_opts {

@@ -293,9 +293,10 @@ static int load_target(GKeyFile *kf, const char *path, gchar **g, struct serve_c
 	if (t->pidfile && stat(t->pidfile, &st) == 0 && S_ISDIR(st.st_mode))
 		return bad(err, len, path, *g, "pidfile", "'%s' is a directory (a pidfile is a file holding one PID)",
 			   t->pidfile);
-	if (t->executor && strcmp(t->executor, "auto") && strcmp(t->executor, "kernel") &&
-	    strcmp(t->executor, "ptrace") && strcmp(t->executor, "observe"))
-		return bad(err, len, path, *g, "executor", "'%s' is not auto, kernel, ptrace or observe", t->executor);
+	if (t->executor && strcmp(t->executor, "auto") && strcmp(t->executor, "register") &&
+	    strcmp(t->executor, "kernel") && strcmp(t->executor, "ptrace") && strcmp(t->executor, "observe"))
+		return bad(err, len, path, *g, "executor", "'%s' is not auto, register, kernel, ptrace or observe",
+			   t->executor);
 	if (get_double(kf, path, *g, "rate", 0, 1, true, &t->rate, err, len) < 0 ||
 	    get_double(kf, path, *g, "budget", 0, 1e9, false, &t->budget, err, len) < 0)
 		return -EINVAL;

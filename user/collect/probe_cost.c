@@ -70,12 +70,10 @@ static double time_batch(void (*volatile fn)(void))
 	return (now_ns() - t0) / BATCH;
 }
 
-/* fn's file and offset in it, from /proc/self/maps.  Returns 0 or -ENOENT. */
-static int self_site(void (*fn)(void), char *path, size_t pathlen, uint64_t *offset)
+int probe_cost_self_site(uintptr_t a, char *path, size_t pathlen, uint64_t *offset)
 {
 	FILE *f = fopen("/proc/self/maps", "re");
 	char line[4096 + 128];
-	uintptr_t a = (uintptr_t)fn;
 	int ret = -ENOENT;
 
 	if (!f)
@@ -117,7 +115,7 @@ static int attach_self(struct bpf_program *prog, bool retprobe, void (*fn)(void)
 {
 	char path[4096];
 	uint64_t off = 0;
-	int ret = self_site(fn, path, sizeof(path), &off);
+	int ret = probe_cost_self_site((uintptr_t)fn, path, sizeof(path), &off);
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = retprobe);
 
 	if (ret < 0) {

@@ -27,6 +27,12 @@ struct sampler;
  * runs unless kernel.bpf_stats_enabled is set). */
 int probe_cost_stats_on(void);
 
+/* The file holding camlheap's own code at address `addr` (a function of
+ * camlheap's, to probe), and `addr`'s offset in that file, what a uprobe
+ * takes, from /proc/self/maps: `path` gets up to `pathlen` bytes.  Returns 0,
+ * -ENOENT (not in a file mapping), or another negative errno. */
+int probe_cost_self_site(uintptr_t addr, char *path, size_t pathlen, uint64_t *offset);
+
 /* A hit's cost to the probed thread beyond an unprobed call, ns, its BPF
  * program's run time left out. */
 struct trap_cost {

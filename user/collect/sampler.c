@@ -313,6 +313,18 @@ static int sampler_register(struct sampler *s, pid_t pid, uint64_t load_bias, co
 		.final_info_off = rt->final_info_off,
 		.memprof_off = (__u16)rt->memprof_off,
 	};
+	for (int k = 0; k < 3; k++)
+		proc->reg_load[k] = (struct ch_reg_load){ .dst = rt->reg_trigger[k].dst,
+							   .base = rt->reg_trigger[k].base,
+							   .len = rt->reg_trigger[k].len,
+							   .store_len = k == 2 ? (__u8)rt->reg_end_store_len : 0,
+							   .disp = rt->reg_trigger[k].disp };
+	/* The register executor makes no write of its own: the runtime stores
+	 * into the young_limit its code was seen to store to, so the layout
+	 * its code confirmed needs no live check first (4.x; the live checks
+	 * at dispatch entries still stop sampling if one breaks). */
+	if (s->executor == CH_EXEC_REGISTER && rt->layout_from_code)
+		proc->layout = CH_LAYOUT_VERIFIED;
 	proc->window_minor = proc->minor_on;
 	s->window_minor = proc->minor_on;
 
@@ -380,12 +392,13 @@ static int sampler_attach_runtime(struct sampler *s, pid_t pid, const struct oca
 	struct bpf_program *progs[OCAML_PROBE__COUNT];
 	int order[OCAML_PROBE__COUNT], norder = sampler_probe_order(order);
 
-	sampler_runtime_programs(s->skel, progs);
+	sampler_runtime_programs(s->skel, rt->major == 5, progs);
 	for (int k = 0; k < norder; k++) {
 		int i = order[k];
 		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = rt->probes[i].retprobe);
 
-		if (!sampler_probe_wanted(i, rt, proc->minor_on, proc->minor_observe, proc->census_on))
+		if (!sampler_probe_wanted(i, rt, proc->minor_on, s->executor == CH_EXEC_REGISTER, proc->minor_observe,
+					  proc->census_on))
 			continue;
 		if (s->multi) {
 			s->ulinks[i] = uprobe_multi_attach(bpf_program__fd(progs[i]), pid, exe, rt->probes[i].file_offset,

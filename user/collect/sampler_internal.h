@@ -61,13 +61,15 @@ static inline void sampler_add_site(struct sampler *s, int prog_fd, uint64_t fil
 }
 
 /* sampler_plan.c.  The program of each runtime probe (NULL: none) into
- * progs[OCAML_PROBE__COUNT]. */
-void sampler_runtime_programs(struct alloc_bpf *skel, struct bpf_program *progs[OCAML_PROBE__COUNT]);
+ * progs[OCAML_PROBE__COUNT], for an OCaml 5 runtime (rt_five) or a 4.x one. */
+void sampler_runtime_programs(struct alloc_bpf *skel, bool rt_five, struct bpf_program *progs[OCAML_PROBE__COUNT]);
 
 /* Is runtime probe `i` attached, for a plan that samples the minor heap
- * through traps (minor_on), takes the program's own Gc.Memprof samples
- * (minor_observe), follows blocks (census_on)? */
-bool sampler_probe_wanted(int i, const struct ocaml_runtime *rt, bool minor_on, bool minor_observe, bool census_on);
+ * through traps (minor_on) with the register executor or another
+ * (regexec), takes the program's own Gc.Memprof samples (minor_observe),
+ * follows blocks (census_on)? */
+bool sampler_probe_wanted(int i, const struct ocaml_runtime *rt, bool minor_on, bool regexec, bool minor_observe,
+			  bool census_on);
 
 /* Before the load: only the programs of cfg's plan are loaded, as
  * uprobe_multi programs where the kernel has them (s->multi set). */

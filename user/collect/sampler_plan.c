@@ -15,7 +15,7 @@
 #include "collect/uprobe_multi.h"
 
 /* The program of each runtime probe (several probes may share one). */
-void sampler_runtime_programs(struct alloc_bpf *skel, struct bpf_program *progs[OCAML_PROBE__COUNT])
+void sampler_runtime_programs(struct alloc_bpf *skel, bool rt_five, struct bpf_program *progs[OCAML_PROBE__COUNT])
 {
 	struct bpf_program *p[OCAML_PROBE__COUNT] = {
 		[OCAML_PROBE_TRACK_ALLOC_SHR] = skel->progs.on_track_alloc_shr,
@@ -50,17 +50,30 @@ void sampler_runtime_programs(struct alloc_bpf *skel, struct bpf_program *progs[
 		[OCAML_PROBE_MINOR5] = skel->progs.on_minor5,
 		[OCAML_PROBE_CYCLE5] = skel->progs.on_cycle5,
 		[OCAML_PROBE_COMPACT5] = skel->progs.on_compaction5,
+		[OCAML_PROBE_REG_TRIGGER] = rt_five ? skel->progs.on_reg_trigger5 : skel->progs.on_reg_trigger4,
+		[OCAML_PROBE_REG_TRIGGER_PENDING] = skel->progs.on_reg_trigger4_pending,
+		[OCAML_PROBE_REG_END] = skel->progs.on_reg_end4,
+		[OCAML_PROBE_REG_END_RET] = skel->progs.on_reg_end_ret4,
 	};
 
 	memcpy(progs, p, sizeof(p));
 }
 
 /* Is runtime probe `i` attached, for a plan that samples the minor heap
- * through traps (minor_on), takes the program's own Gc.Memprof samples
- * (minor_observe), follows blocks (census_on)? */
-bool sampler_probe_wanted(int i, const struct ocaml_runtime *rt, bool minor_on, bool minor_observe, bool census_on)
+ * through traps (minor_on) with the register executor or not (regexec),
+ * takes the program's own Gc.Memprof samples (minor_observe), follows
+ * blocks (census_on)? */
+bool sampler_probe_wanted(int i, const struct ocaml_runtime *rt, bool minor_on, bool regexec, bool minor_observe,
+			  bool census_on)
 {
 	if (!rt->probes[i].present)
+		return false;
+	/* the register executor arms inside the runtime's loads instead of
+	 * after its stores (4.x re-arm points) or around its reset (5.x) */
+	if (i >= OCAML_PROBE_REG_TRIGGER && i <= OCAML_PROBE_REG_END)
+		return minor_on && regexec;
+	if (regexec && (i == OCAML_PROBE_REARM_UPDATE || i == OCAML_PROBE_REARM_PENDING ||
+			i == OCAML_PROBE_RESET_LIMIT || i == OCAML_PROBE_RESET_LIMIT_RET))
 		return false;
 	if (i >= OCAML_PROBE_DISPATCH && i <= OCAML_PROBE_REARM_PENDING && !minor_on)
 		return false;
@@ -86,7 +99,7 @@ void sampler_select_programs(struct sampler *s, const struct sampler_config *cfg
 	bool minor_observe = rt->minor_ok && cfg->executor == CH_EXEC_OBSERVE && cfg->minor_from_memprof;
 	bool census_on = rt->census_ok && cfg->census;
 
-	sampler_runtime_programs(s->skel, progs);
+	sampler_runtime_programs(s->skel, rt->major == 5, progs);
 	bpf_object__for_each_program(prog, s->skel->obj)
 		if (bpf_program__type(prog) == BPF_PROG_TYPE_KPROBE)
 			bpf_program__set_autoload(prog, false);
@@ -95,7 +108,8 @@ void sampler_select_programs(struct sampler *s, const struct sampler_config *cfg
 	 * on kernels before 6.6) */
 	s->multi = uprobe_multi_supported() && !getenv("CAMLHEAP_NO_UPROBE_MULTI");
 	for (int i = 0; i < OCAML_PROBE__COUNT; i++)
-		if (progs[i] && sampler_probe_wanted(i, rt, minor_on, minor_observe, census_on)) {
+		if (progs[i] && sampler_probe_wanted(i, rt, minor_on, cfg->executor == CH_EXEC_REGISTER, minor_observe,
+						     census_on)) {
 			bpf_program__set_autoload(progs[i], true);
 			if (s->multi)
 				bpf_program__set_expected_attach_type(progs[i], CH_BPF_TRACE_UPROBE_MULTI);

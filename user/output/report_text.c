@@ -389,6 +389,11 @@ static void text_minor_lines(FILE *out, const struct report_meta *m)
 				" errors; %" PRIu64 " of the program's own signals passed on\n",
 				m->exec_stops, m->exec_stops ? m->exec_service_s * 1e6 / (double)m->exec_stops : 0.0,
 				m->exec_writes, m->exec_stale, m->exec_pending, m->exec_errors, m->exec_passed_signals);
+		else if (!strcmp(m->executor, "register"))
+			fprintf(out,
+				"executor    register: nothing written; %" PRIu64 " sample points raised into the "
+				"runtime's own young_trigger loads\n",
+				c[CH_CNT_ARMS_REGISTER]);
 		else
 			fprintf(out, "executor    kernel: %" PRIu64 " writes\n", c[CH_CNT_WRITES_KERNEL]);
 		if (!strcmp(m->executor, "ptrace") && (m->exec_rechecks || m->exec_in_flight))

@@ -43,6 +43,10 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_MAPPED_ALLOC_RET] = "caml_unix_mapped_alloc",
 	[OCAML_PROBE_MAPPED_ALLOC] = "caml_unix_mapped_alloc",
 	[OCAML_PROBE_FATAL_EXN] = "caml_fatal_uncaught_exception",
+	[OCAML_PROBE_REG_TRIGGER] = "caml_update_young_limit", /* 5.x: caml_reset_young_limit */
+	[OCAML_PROBE_REG_TRIGGER_PENDING] = "caml_do_pending_actions_exn",
+	[OCAML_PROBE_REG_END] = "caml_update_young_limit",
+	[OCAML_PROBE_REG_END_RET] = "caml_update_young_limit",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
@@ -57,6 +61,61 @@ static const bool probe_optional[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_CLEAN_PHASE] = true,
 	[OCAML_PROBE_COMPACTION] = true,
 };
+
+/* The register executor's site `which` (index `k` of rt->reg_trigger): the
+ * load of young_trigger (`disp`) in function `fn_name`, from the structure
+ * of ocaml_runtime_find_field_load (`cs_sym`).  Returns true if found. */
+static bool plan_reg_trigger(const struct elf_image *img, struct ocaml_runtime *rt, enum ocaml_probe which, int k,
+			     const char *fn_name, uint64_t cs_sym, unsigned disp)
+{
+	const struct elf_symbol *fn = elf_image_symbol(img, fn_name);
+	size_t len = fn && fn->size && fn->size < 4096 ? fn->size : 128;
+	const uint8_t *code = fn ? elf_image_data(img, fn->vaddr, len) : NULL;
+	struct ocaml_probe_point *pp = &rt->probes[which];
+
+	if (!code || ocaml_runtime_find_field_load(code, len, fn->vaddr, cs_sym, disp, &rt->reg_trigger[k]) < 0)
+		return false;
+	pp->symbol = fn_name;
+	pp->vaddr = fn->vaddr + rt->reg_trigger[k].at;
+	pp->skipped = rt->reg_trigger[k].at;
+	/* neither emulated nor stepped: the program moves ip past it, which
+	 * costs the kernel less than its emulation (priced as emulated) */
+	pp->emulated = true;
+	pp->retprobe = false;
+	if (elf_image_vaddr_to_offset(img, pp->vaddr, &pp->file_offset) < 0)
+		return false;
+	pp->present = true;
+	return true;
+}
+
+/* The register executor's answer to the runtime's own storm of C-side
+ * traps (README *No trap storms*): caml_update_young_limit's store of
+ * young_alloc_end for a pending action (OCAML_PROBE_REG_END, its load) and
+ * the ret right after it (OCAML_PROBE_REG_END_RET, the re-check).  Both or
+ * neither; without them the register executor still runs, the storms
+ * stay. */
+static void plan_reg_end(const struct elf_image *img, struct ocaml_runtime *rt)
+{
+	const struct elf_symbol *fn = elf_image_symbol(img, "caml_update_young_limit");
+	size_t len = fn && fn->size && fn->size < 4096 ? fn->size : 128;
+	const uint8_t *code = fn ? elf_image_data(img, fn->vaddr, len) : NULL;
+	struct ocaml_reg_load *l = &rt->reg_trigger[2];
+	struct ocaml_probe_point *e = &rt->probes[OCAML_PROBE_REG_END], *r = &rt->probes[OCAML_PROBE_REG_END_RET];
+
+	if (!code || !rt->signals_pending_sym ||
+	    ocaml_runtime_find_end_store(code, len, fn->vaddr, rt->caml_state_sym, CH_OCAML4_YOUNG_ALLOC_END,
+					 rt->young_limit_off, l, &rt->reg_end_store_len) < 0)
+		return;
+	*e = (struct ocaml_probe_point){ .symbol = "caml_update_young_limit", .vaddr = fn->vaddr + l->at,
+					 .skipped = l->at, .emulated = true };
+	*r = (struct ocaml_probe_point){ .symbol = "caml_update_young_limit",
+					 .vaddr = fn->vaddr + l->at + l->len + rt->reg_end_store_len,
+					 .skipped = l->at + l->len + rt->reg_end_store_len, .emulated = true };
+	if (elf_image_vaddr_to_offset(img, e->vaddr, &e->file_offset) < 0 ||
+	    elf_image_vaddr_to_offset(img, r->vaddr, &r->file_offset) < 0)
+		return;
+	e->present = r->present = true;
+}
 
 /* The four minor-heap probes; on failure, say why in rt->minor_why. */
 static void plan_minor(const struct elf_image *img, struct ocaml_runtime *rt)
@@ -138,6 +197,15 @@ static void plan_minor(const struct elf_image *img, struct ocaml_runtime *rt)
 		pp->present = true;
 	}
 	rt->minor_ok = true;
+	rt->regexec_ok = rt->caml_state_sym &&
+			 plan_reg_trigger(img, rt, OCAML_PROBE_REG_TRIGGER, 0, "caml_update_young_limit",
+					  rt->caml_state_sym, CH_OCAML4_YOUNG_TRIGGER) &&
+			 plan_reg_trigger(img, rt, OCAML_PROBE_REG_TRIGGER_PENDING, 1, "caml_do_pending_actions_exn",
+					  rt->caml_state_sym, CH_OCAML4_YOUNG_TRIGGER);
+	if (!rt->regexec_ok)
+		rt->probes[OCAML_PROBE_REG_TRIGGER].present = rt->probes[OCAML_PROBE_REG_TRIGGER_PENDING].present = false;
+	else
+		plan_reg_end(img, rt);
 	return;
 off:
 	for (int i = OCAML_PROBE_DISPATCH; i <= OCAML_PROBE_TRACK_YOUNG; i++)
@@ -368,6 +436,7 @@ static enum ocaml_detect_result check_layout4(const struct elf_image *img, const
 			 "caml_update_young_limit (compiled differently from the runtimes camlheap was tested with), so "
 			 "camlheap writes nothing into the program");
 	}
+	rt->layout_from_code = r == 1 && !skip;
 	return OCAML_OK;
 }
 
@@ -486,6 +555,9 @@ static enum ocaml_detect_result detect5(const struct elf_image *img, const char 
 		    plan_retprobe(img, probe_symbols[OCAML_PROBE_RESET_LIMIT_RET], &rt->probes[OCAML_PROBE_RESET_LIMIT_RET]) == 0 &&
 		    e->present && rt->probes[OCAML_PROBE_RESET_LIMIT].present) {
 			rt->minor_ok = true;
+			rt->regexec_ok = plan_reg_trigger(img, rt, OCAML_PROBE_REG_TRIGGER, 0, "caml_reset_young_limit", 0,
+							  CH_OCAML5_YOUNG_TRIGGER);
+			rt->probes[OCAML_PROBE_REG_TRIGGER].symbol = "caml_reset_young_limit";
 		} else {
 			for (int i = OCAML_PROBE_DISPATCH5; i <= OCAML_PROBE_RESET_LIMIT; i++)
 				rt->probes[i].present = false;
@@ -569,6 +641,8 @@ enum ocaml_detect_result ocaml_runtime_detect(const struct elf_image *img, const
 		if (r == OCAML_OK && !rt->release_known && rt->minor_ok) {
 			/* read-only: minor_why says why (check_release) */
 			rt->minor_ok = false;
+			rt->regexec_ok = false;
+			rt->probes[OCAML_PROBE_REG_TRIGGER].present = false;
 			for (int i = OCAML_PROBE_DISPATCH5; i <= OCAML_PROBE_RESET_LIMIT; i++)
 				rt->probes[i].present = false;
 		}

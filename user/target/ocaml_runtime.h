@@ -60,6 +60,14 @@ enum ocaml_probe {
 	OCAML_PROBE_MAPPED_ALLOC_RET,    /* caml_unix_mapped_alloc return (Unix.map_file) */
 	OCAML_PROBE_MAPPED_ALLOC,        /* its entry */
 	OCAML_PROBE_FATAL_EXN,           /* caml_fatal_uncaught_exception(value exn): the end reason (optional) */
+	/* The register executor (collect/regexec.h): the young_trigger load it
+	 * performs itself; attached instead of the re-arm (4.x) and reset
+	 * (5.x) probes.  Planned where found (rt->regexec_ok). */
+	OCAML_PROBE_REG_TRIGGER,         /* 4.x caml_update_young_limit, 5.x caml_reset_young_limit: the load */
+	OCAML_PROBE_REG_TRIGGER_PENDING, /* 4.x caml_do_pending_actions_exn: the load of its inlined copy */
+	/* the re-check before the load it checks: probes attach in this order */
+	OCAML_PROBE_REG_END_RET,         /* 4.x caml_update_young_limit: the ret right after its young_alloc_end store */
+	OCAML_PROBE_REG_END,             /* its load of young_alloc_end (both or neither; optional) */
 	OCAML_PROBE__COUNT
 };
 
@@ -71,6 +79,17 @@ struct ocaml_probe_point {
 	bool emulated;         /* the kernel emulates the instruction (push/call/jmp/jcc/nop) */
 	bool present;          /* planned; false only for an optional probe whose symbol is absent */
 	bool retprobe;         /* a uretprobe on the function (vaddr is its entry) */
+};
+
+/* A load of a runtime field into a register, `mov disp(%base),%dst` (REX.W
+ * 8b /r, ModRM mod 01 or 10, no SIB): what the register executor performs
+ * itself with the sample point folded in (collect/regexec.h). */
+struct ocaml_reg_load {
+	uint32_t at;   /* bytes from the function's start */
+	uint8_t len;   /* the instruction's length, bytes */
+	uint8_t dst;   /* destination register (x86 number: 0 rax .. 15 r15) */
+	uint8_t base;  /* base register (same numbering) */
+	int32_t disp;  /* displacement, bytes */
 };
 
 struct ocaml_release; /* releases.h: what camlheap knows of a release line */
@@ -115,15 +134,25 @@ struct ocaml_runtime {
 	/* 4.x: offsetof(caml_domain_state, young_limit) and (young_ptr), bytes
 	 * (CH_OCAML4_* from 4.13, CH_OCAML412_* in 4.12) */
 	uint8_t young_limit_off, young_ptr_off;
+	bool layout_from_code;   /* 4.x: caml_update_young_limit's own stores confirmed young_limit_off
+				  * (ocaml_runtime_limit_layout returned 1, the check not skipped) */
 	bool release_known;      /* the version is one camlheap was built and tested for, and the runtime's code
 				  * agrees with its layout; false: profiled read-only (minor_ok false, minor_why says why) */
 	bool frame_pointers;     /* runtime built with --enable-frame-pointers (caml_c_call starts push %rbp; mov %rsp,%rbp) */
 	const char *unmarshal_why; /* unmarshalled blocks are not sampled: why (NULL if they are) */
 	bool minor_ok;           /* every minor-heap probe and symbol was found */
+	/* The register executor's sites (collect/regexec.h): the young_trigger
+	 * loads it performs itself, in 4.x caml_update_young_limit [0] and
+	 * caml_do_pending_actions_exn's inlined copy [1], in 5.x
+	 * caml_reset_young_limit [0]; regexec_ok if every one was found
+	 * (probes OCAML_PROBE_REG_TRIGGER / _REG_TRIGGER_PENDING). */
+	bool regexec_ok;
 	bool census_ok;          /* the three collection probes were found */
 	char census_why[256];    /* if not, why */
 	char minor_why[256];     /* if not, why (for the report's first line) */
 	struct ocaml_probe_point probes[OCAML_PROBE__COUNT];
+	struct ocaml_reg_load reg_trigger[3]; /* the loads of OCAML_PROBE_REG_TRIGGER, _PENDING and _END */
+	unsigned reg_end_store_len;           /* the store after OCAML_PROBE_REG_END's load, bytes */
 };
 
 enum ocaml_detect_result {
@@ -189,6 +218,36 @@ long ocaml_runtime_find_rearm(const uint8_t *code, size_t len, uint64_t fn, uint
  * then holding the first store's offset. */
 int ocaml_runtime_limit_layout(const uint8_t *code, size_t len, uint64_t fn, uint64_t cs_sym, unsigned trigger_off,
 			       unsigned alloc_end_off, unsigned *store_off);
+
+
+/* Find the first load of the 64-bit field at byte offset `disp` of the
+ * structure a function works on, walking its code (`code`, `len` bytes at
+ * link-time vaddr `fn`) from the start: for OCaml 5 (`cs_sym` 0) the
+ * structure is the first argument (caml_reset_young_limit(dom_st): %rdi,
+ * until something writes it); for 4.x the one the global `Caml_state`
+ * points to (`cs_sym`, its link-time vaddr: a register loaded from it
+ * rip-relatively).  The walk follows only the forms these prologues use
+ * (mov/cmp/test, cmovcc, mov $imm, sub/add $imm8 on %rsp, movl $imm to
+ * memory, call, endbr64; a call forgets the caller-saved registers) and
+ * gives up at any other.  Sources: 5.1.0-5.4.1 runtime/domain.c
+ * caml_reset_young_limit, 4.12.1-4.14.2 runtime/signals.c
+ * caml_update_young_limit and caml_do_pending_actions_exn, as GCC compiles
+ * them (objdump of each toolchain's libasmrun.a).  Returns 0 and fills
+ * *out, or -1. */
+int ocaml_runtime_find_field_load(const uint8_t *code, size_t len, uint64_t fn, uint64_t cs_sym, unsigned disp,
+				  struct ocaml_reg_load *out);
+
+/* In 4.x caml_update_young_limit (`code`, `len` bytes at link-time vaddr
+ * `fn`; `cs_sym` the global Caml_state's link-time vaddr): the tail that
+ * runs when caml_something_to_do is set, `young_limit = young_alloc_end;
+ * return` (4.12.1-4.14.2 runtime/signals.c): the load of young_alloc_end
+ * (byte `end_off` of Caml_state) into *load, the store of that register
+ * into `limit_off` of the same base that follows it at once (its length
+ * into *store_len), and the `ret` right after the store.  Returns 0, or -1
+ * if the code is not of that form (the register executor then leaves
+ * those stores alone). */
+int ocaml_runtime_find_end_store(const uint8_t *code, size_t len, uint64_t fn, uint64_t cs_sym, unsigned end_off,
+				 unsigned limit_off, struct ocaml_reg_load *load, unsigned *store_len);
 
 /* Find finalise.c's `to_do_hd` from the code of caml_final_do_calls_exn
  * (`code`, `len` bytes at link-time vaddr `fn`): its first `cmpq $0x0,

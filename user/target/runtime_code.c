@@ -325,3 +325,149 @@ unsigned ocaml_runtime_plain_insn_len(const uint8_t *c, size_t len)
 	n = i + imm;
 	return n <= len ? (unsigned)n : 0;
 }
+
+/* Registers a call may change (System V AMD64 ABI: caller-saved). */
+#define CALL_CLOBBERS ((1u << 0) | (1u << 1) | (1u << 2) | (1u << 6) | (1u << 7) | (0xfu << 8))
+
+int ocaml_runtime_find_field_load(const uint8_t *c, size_t len, uint64_t fn, uint64_t cs_sym, unsigned disp,
+				  struct ocaml_reg_load *out)
+{
+	unsigned known = cs_sym ? 0 : 1u << 7; /* registers holding the structure's address (rdi: 5.x's argument) */
+	size_t i = 0;
+
+	while (i < len) {
+		const uint8_t *p = c + i;
+		size_t n = len - i, j = 0, m;
+		uint8_t rex = 0, op;
+		unsigned reg;
+		int base;
+		int64_t d;
+		bool reg_op;
+
+		if (n >= 4 && p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa) { /* endbr64 */
+			i += 4;
+			continue;
+		}
+		if (p[0] == 0xe8 && n >= 5) { /* call rel32 */
+			known &= ~CALL_CLOBBERS;
+			i += 5;
+			continue;
+		}
+		/* branches (both ways are walked in order), ret (code after it is
+		 * reached by a jump): nothing they change is tracked */
+		if ((p[0] >= 0x70 && p[0] <= 0x7f) || p[0] == 0xeb) {
+			i += 2;
+			continue;
+		}
+		if (p[0] == 0xe9 && n >= 5) {
+			i += 5;
+			continue;
+		}
+		if (n >= 6 && p[0] == 0x0f && p[1] >= 0x80 && p[1] <= 0x8f) {
+			i += 6;
+			continue;
+		}
+		if (p[0] == 0xc3) {
+			i += 1;
+			continue;
+		}
+		if ((p[0] & 0xf0) == 0x40)
+			rex = p[j++];
+		if (j >= n)
+			return -1;
+		op = p[j++];
+		if (op >= 0xb8 && op <= 0xbf) { /* mov $imm, reg */
+			known &= ~(1u << ((op & 7) | (rex & 1 ? 8 : 0)));
+			i += j + (rex & 8 ? 8 : 4);
+			continue;
+		}
+		if (op == 0x0f) { /* cmovcc reg, r/m: reg changes */
+			if (j >= n || p[j] < 0x40 || p[j] > 0x4f)
+				return -1;
+			j++;
+			m = modrm_operand(p + j, n - j, rex, &reg, &base, &d, &reg_op);
+			if (!m)
+				return -1;
+			known &= ~(1u << reg);
+			i += j + m;
+			continue;
+		}
+		if (op != 0x8b && op != 0x89 && op != 0x39 && op != 0x3b && op != 0x85 && op != 0x83 && op != 0xc7)
+			return -1; /* a form this walk does not follow */
+		m = modrm_operand(p + j, n - j, rex, &reg, &base, &d, &reg_op);
+		if (!m)
+			return -1;
+		if (op == 0x89) { /* mov reg, r/m: a register destination follows its source */
+			if (reg_op) {
+				if ((rex & 8) && (known & (1u << reg)))
+					known |= 1u << base;
+				else
+					known &= ~(1u << base);
+			}
+			i += j + m;
+			continue;
+		}
+		if (op == 0x83) { /* ALU $imm8: only on %rsp, or a compare */
+			if (!(reg_op && base == 4) && reg != 7)
+				return -1;
+			i += j + m + 1;
+			continue;
+		}
+		if (op == 0xc7) { /* mov $imm32 to memory */
+			if (reg_op || reg != 0)
+				return -1;
+			i += j + m + 4;
+			continue;
+		}
+		if (op == 0x8b) {
+			if ((rex & 8) && !reg_op && base >= 0 && (known & (1u << base)) && (uint64_t)d == disp &&
+			    (p[j] >> 6) != 0 && (p[j] & 7) != 4) {
+				out->at = (uint32_t)i;
+				out->len = (uint8_t)(j + m);
+				out->dst = (uint8_t)reg;
+				out->base = (uint8_t)base;
+				out->disp = (int32_t)d;
+				return 0;
+			}
+			if (cs_sym && (rex & 8) && !reg_op && base == -1 && fn + i + j + m + (uint64_t)d == cs_sym)
+				known |= 1u << reg;
+			else
+				known &= ~(1u << reg);
+		}
+		i += j + m;
+	}
+	return -1;
+}
+
+int ocaml_runtime_find_end_store(const uint8_t *c, size_t len, uint64_t fn, uint64_t cs_sym, unsigned end_off,
+				 unsigned limit_off, struct ocaml_reg_load *load, unsigned *store_len)
+{
+	const uint8_t *p;
+	size_t i, n, m;
+	uint8_t rex;
+	unsigned reg;
+	int base;
+	int64_t d;
+	bool reg_op;
+
+	if (ocaml_runtime_find_field_load(c, len, fn, cs_sym, end_off, load) < 0)
+		return -1;
+	/* the store right after it: REX.W 89 /r, the loaded register into
+	 * limit_off of the same base */
+	i = load->at + load->len;
+	if (i + 3 > len)
+		return -1;
+	p = c + i;
+	n = len - i;
+	rex = p[0];
+	if ((rex & 0xf8) != 0x48 || p[1] != 0x89)
+		return -1;
+	m = modrm_operand(p + 2, n - 2, rex, &reg, &base, &d, &reg_op);
+	if (!m || reg_op || reg != load->dst || base != load->base || (uint64_t)d != limit_off)
+		return -1;
+	*store_len = (unsigned)(2 + m);
+	/* then the function's return */
+	if (i + *store_len >= len || c[i + *store_len] != 0xc3)
+		return -1;
+	return 0;
+}
