@@ -218,6 +218,8 @@ enum ch_counter {
 	CH_CNT_IDLE_ENDS,          /* register executor, 4.x: young_alloc_end stores (caml_something_to_do set) given
 				    * the runtime's usual limit instead, nothing being there to act on (no storm) */
 	CH_CNT_IDLE_ENDS_REDONE,   /* ... of which redone with young_alloc_end: a signal was recorded meanwhile */
+	CH_CNT_URGENT_REDIRECTS,   /* register executor, 4.x: C-side traps whose dispatch recomputed the limit
+				    * (caml_check_urgent_gc, with nothing to do, sent to caml_update_young_limit) */
 	CH_CNT__COUNT
 };
 
@@ -334,6 +336,11 @@ struct ch_proc {
 		__u8 store_len;     /* [2] only: the store of the loaded register that follows it, bytes */
 		__s32 disp;         /* displacement from the base, bytes */
 	} reg_load[3];
+	/* The register executor, 4.x: link-time vaddrs of caml_update_young_limit
+	 * and of caml_alloc_small_dispatch's code [lo, hi) (OCAML_PROBE_REG_URGENT),
+	 * 0 if not planned */
+	__u64 update_fn;
+	__u64 dispatch_lo, dispatch_hi;
 };
 
 /* The window's gate, the `window_gate` global of alloc.bpf.c, set by user

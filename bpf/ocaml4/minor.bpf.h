@@ -544,4 +544,40 @@ int on_reg_end_ret4(struct pt_regs *ctx)
 	return 0;
 }
 
+/* Register executor, 4.x: caml_check_urgent_gc's entry (4.14.2
+ * runtime/minor_gc.c), called by a dispatch from C (its return address in
+ * caml_alloc_small_dispatch).  Such a dispatch recomputes no limit, so a
+ * sample point the trap passed stays in young_limit and every allocation
+ * of C code after it traps until OCaml code allocates (thousands on the way
+ * down a recursion of string_of_int).  With requested_major_slice and
+ * requested_minor_gc clear the call would do nothing (only this thread,
+ * which holds the runtime lock, raises them), so it is sent to
+ * caml_update_young_limit instead: same stack, no argument, its result
+ * unused, and its young_trigger load arms the next point (reg_trigger4);
+ * its ret returns into the dispatch.  Done only where the trap was
+ * camlheap's (young_limit above the runtime's own value) or the runtime's
+ * young_alloc_end with nothing to act on; otherwise the call runs. */
+SEC("uprobe")
+int on_reg_urgent4(struct pt_regs *ctx)
+{
+	struct ch_proc *p = current_proc();
+	struct minor_view v;
+	__u64 ret = 0, req[2] = { 1, 1 }, natural;
+
+	if (!p || !p->minor_on || executor != CH_EXEC_REGISTER || p->layout != CH_LAYOUT_VERIFIED || !p->update_fn)
+		return 0;
+	if (bpf_probe_read_user(&ret, 8, (void *)ctx->sp) || ret < p->dispatch_lo + p->load_bias ||
+	    ret >= p->dispatch_hi + p->load_bias)
+		return 0;
+	if (minor_read_view(p, &v) ||
+	    bpf_probe_read_user(req, sizeof(req), (void *)(v.cs + CH_OCAML4_REQUESTED_MAJOR_SLICE)) || req[0] || req[1])
+		return 0;
+	natural = v.young_trigger > v.memprof_trig ? v.young_trigger : v.memprof_trig;
+	if (!((v.limit > natural && v.limit != v.end) || (v.limit == v.end && minor4_actions_idle(p, &v))))
+		return 0;
+	ctx->ip = p->update_fn + p->load_bias;
+	count(CH_CNT_URGENT_REDIRECTS, 1);
+	return 0;
+}
+
 #endif

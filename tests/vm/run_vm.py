@@ -596,9 +596,18 @@ def register(check, kernel, initrd, lockdown):
                 live += x["live"]["samples"]
         assert live == 0, "%d samples of dropped blocks counted live" % live
 
+    def no_oops(before_multi):
+        part = text[:text.find("@@MULTI")] if before_multi and "@@MULTI" in text else text
+        m = re.search(r"^.*(BUG:|Oops:).*$", part, re.M)
+        rip = re.search(r"^.*RIP: 0010:(\S+).*$", part[m.start():], re.M) if m else None
+        assert not m, "the kernel oopsed: %s at %s (see %s/console-register-%s.log)" % (
+            m.group(0).strip(), rip and rip.group(1), VMDIR, tag)
+
     check(pre + "booted", booted)
     if not sec:
         return
+    check(pre + "no_kernel_oops_with_one_domain", lambda: no_oops(True))
+    check(pre + "no_kernel_oops_with_several_domains", lambda: no_oops(False))
     check(pre + "auto_picks_the_register_executor", auto_picks_register)
     check(pre + "sites_rate_1e4", lambda: check_sites(sec["sites_1e4"], 1e-4, "register"))
     check(pre + "exact_at_rate_one", lambda: rate_one(*K))

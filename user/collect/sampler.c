@@ -312,6 +312,9 @@ static int sampler_register(struct sampler *s, pid_t pid, uint64_t load_bias, co
 		.all_domains_ptr = rt->all_domains_ptr,
 		.final_info_off = rt->final_info_off,
 		.memprof_off = (__u16)rt->memprof_off,
+		.update_fn = rt->update_fn,
+		.dispatch_lo = rt->dispatch_lo,
+		.dispatch_hi = rt->dispatch_hi,
 	};
 	for (int k = 0; k < 3; k++)
 		proc->reg_load[k] = (struct ch_reg_load){ .dst = rt->reg_trigger[k].dst,

@@ -54,6 +54,7 @@ void sampler_runtime_programs(struct alloc_bpf *skel, bool rt_five, struct bpf_p
 		[OCAML_PROBE_REG_TRIGGER_PENDING] = skel->progs.on_reg_trigger4_pending,
 		[OCAML_PROBE_REG_END] = skel->progs.on_reg_end4,
 		[OCAML_PROBE_REG_END_RET] = skel->progs.on_reg_end_ret4,
+		[OCAML_PROBE_REG_URGENT] = skel->progs.on_reg_urgent4,
 	};
 
 	memcpy(progs, p, sizeof(p));
@@ -70,7 +71,7 @@ bool sampler_probe_wanted(int i, const struct ocaml_runtime *rt, bool minor_on, 
 		return false;
 	/* the register executor arms inside the runtime's loads instead of
 	 * after its stores (4.x re-arm points) or around its reset (5.x) */
-	if (i >= OCAML_PROBE_REG_TRIGGER && i <= OCAML_PROBE_REG_END)
+	if (i >= OCAML_PROBE_REG_TRIGGER && i <= OCAML_PROBE_REG_URGENT)
 		return minor_on && regexec;
 	if (regexec && (i == OCAML_PROBE_REARM_UPDATE || i == OCAML_PROBE_REARM_PENDING ||
 			i == OCAML_PROBE_RESET_LIMIT || i == OCAML_PROBE_RESET_LIMIT_RET))

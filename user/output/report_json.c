@@ -107,6 +107,9 @@ static void json_run(JsonBuilder *jb, const struct profile *p, const struct repo
 		json_member_int(jb, "arms_at_return", (int64_t)c[CH_CNT_ARM_AT_RETURN]);
 		json_member_int(jb, "arms_at_reset", (int64_t)c[CH_CNT_ARM_AT_RESET]);
 		json_member_int(jb, "arms_in_register", (int64_t)c[CH_CNT_ARMS_REGISTER]);
+		json_member_int(jb, "c_traps_recomputed", (int64_t)c[CH_CNT_URGENT_REDIRECTS]);
+		json_member_int(jb, "idle_ends_replaced", (int64_t)c[CH_CNT_IDLE_ENDS]);
+		json_member_int(jb, "idle_ends_redone", (int64_t)c[CH_CNT_IDLE_ENDS_REDONE]);
 		json_member_int(jb, "not_armed_sigurg_blocked", (int64_t)c[CH_CNT_SIGURG_BLOCKED]);
 		json_member_int(jb, "not_armed_sigurg_handled", (int64_t)c[CH_CNT_SIGURG_HANDLED]);
 		json_builder_end_object(jb);

@@ -392,8 +392,11 @@ static void text_minor_lines(FILE *out, const struct report_meta *m)
 		else if (!strcmp(m->executor, "register"))
 			fprintf(out,
 				"executor    register: nothing written; %" PRIu64 " sample points raised into the "
-				"runtime's own young_trigger loads\n",
-				c[CH_CNT_ARMS_REGISTER]);
+				"runtime's own young_trigger loads; %" PRIu64 " C-side traps made to recompute the "
+				"limit, %" PRIu64 " young_alloc_end stores with nothing pending given the usual limit "
+				"(%" PRIu64 " redone for a signal)\n",
+				c[CH_CNT_ARMS_REGISTER], c[CH_CNT_URGENT_REDIRECTS], c[CH_CNT_IDLE_ENDS],
+				c[CH_CNT_IDLE_ENDS_REDONE]);
 		else
 			fprintf(out, "executor    kernel: %" PRIu64 " writes\n", c[CH_CNT_WRITES_KERNEL]);
 		if (!strcmp(m->executor, "ptrace") && (m->exec_rechecks || m->exec_in_flight))

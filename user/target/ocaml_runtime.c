@@ -47,6 +47,7 @@ static const char *const probe_symbols[OCAML_PROBE__COUNT] = {
 	[OCAML_PROBE_REG_TRIGGER_PENDING] = "caml_do_pending_actions_exn",
 	[OCAML_PROBE_REG_END] = "caml_update_young_limit",
 	[OCAML_PROBE_REG_END_RET] = "caml_update_young_limit",
+	[OCAML_PROBE_REG_URGENT] = "caml_check_urgent_gc",
 };
 
 /* Without it only plugins' frames are lost (walks end "unknown pc"). */
@@ -115,6 +116,34 @@ static void plan_reg_end(const struct elf_image *img, struct ocaml_runtime *rt)
 	    elf_image_vaddr_to_offset(img, r->vaddr, &r->file_offset) < 0)
 		return;
 	e->present = r->present = true;
+}
+
+/* The register executor, 4.x: a trap taken from C arms nothing by itself
+ * (its dispatch calls caml_check_urgent_gc, not caml_update_young_limit:
+ * 4.14.2 runtime/minor_gc.c caml_alloc_small_dispatch), so a sample point it
+ * passed stays in young_limit and every later allocation of C code traps
+ * until OCaml code allocates.  The probe on caml_check_urgent_gc's entry
+ * (OCAML_PROBE_REG_URGENT) sends such a call, when it has nothing to do, to
+ * caml_update_young_limit instead (same stack, no arguments, its result
+ * unused).  Planned only on a regexec_ok runtime. */
+static void plan_reg_urgent(const struct elf_image *img, struct ocaml_runtime *rt)
+{
+	const struct elf_symbol *cu = elf_image_symbol(img, "caml_check_urgent_gc");
+	const struct elf_symbol *up = elf_image_symbol(img, "caml_update_young_limit");
+	const struct elf_symbol *d = elf_image_symbol(img, "caml_alloc_small_dispatch");
+	const uint8_t *code = cu ? elf_image_data(img, cu->vaddr, 16) : NULL;
+	struct ocaml_probe_point *pp = &rt->probes[OCAML_PROBE_REG_URGENT];
+
+	if (!rt->regexec_ok || !cu || !up || !d || !d->size || !code)
+		return;
+	*pp = (struct ocaml_probe_point){ .symbol = "caml_check_urgent_gc", .vaddr = cu->vaddr,
+					  .emulated = ocaml_runtime_insn_emulated(code, 16) };
+	if (elf_image_vaddr_to_offset(img, pp->vaddr, &pp->file_offset) < 0)
+		return;
+	rt->update_fn = up->vaddr;
+	rt->dispatch_lo = d->vaddr;
+	rt->dispatch_hi = d->vaddr + d->size;
+	pp->present = true;
 }
 
 /* The four minor-heap probes; on failure, say why in rt->minor_why. */
@@ -206,6 +235,7 @@ static void plan_minor(const struct elf_image *img, struct ocaml_runtime *rt)
 		rt->probes[OCAML_PROBE_REG_TRIGGER].present = rt->probes[OCAML_PROBE_REG_TRIGGER_PENDING].present = false;
 	else
 		plan_reg_end(img, rt);
+	plan_reg_urgent(img, rt);
 	return;
 off:
 	for (int i = OCAML_PROBE_DISPATCH; i <= OCAML_PROBE_TRACK_YOUNG; i++)

@@ -68,6 +68,7 @@ enum ocaml_probe {
 	/* the re-check before the load it checks: probes attach in this order */
 	OCAML_PROBE_REG_END_RET,         /* 4.x caml_update_young_limit: the ret right after its young_alloc_end store */
 	OCAML_PROBE_REG_END,             /* its load of young_alloc_end (both or neither; optional) */
+	OCAML_PROBE_REG_URGENT,          /* 4.x caml_check_urgent_gc entry: from a C-side dispatch, recompute (optional) */
 	OCAML_PROBE__COUNT
 };
 
@@ -153,6 +154,8 @@ struct ocaml_runtime {
 	struct ocaml_probe_point probes[OCAML_PROBE__COUNT];
 	struct ocaml_reg_load reg_trigger[3]; /* the loads of OCAML_PROBE_REG_TRIGGER, _PENDING and _END */
 	unsigned reg_end_store_len;           /* the store after OCAML_PROBE_REG_END's load, bytes */
+	uint64_t update_fn, dispatch_lo, dispatch_hi; /* OCAML_PROBE_REG_URGENT: link-time vaddrs of
+						       * caml_update_young_limit, caml_alloc_small_dispatch's [lo, hi) */
 };
 
 enum ocaml_detect_result {

@@ -97,6 +97,27 @@ static size_t modrm_operand(const uint8_t *c, size_t n, uint8_t rex, unsigned *r
 	return i;
 }
 
+/* The length of an instruction that the walks below step over without
+ * tracking anything it changes: endbr64, ret (code after it is reached by
+ * a jump), repz ret, nop, jcc and jmp rel8/rel32 (both ways of a branch are
+ * walked in order); 0 for any other. */
+static size_t flow_insn_len(const uint8_t *p, size_t n)
+{
+	if (n >= 4 && p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa)
+		return 4;
+	if (p[0] == 0xc3 || p[0] == 0x90)
+		return 1;
+	if (n >= 2 && p[0] == 0xf3 && p[1] == 0xc3)
+		return 2;
+	if (n >= 2 && ((p[0] >= 0x70 && p[0] <= 0x7f) || p[0] == 0xeb))
+		return 2;
+	if (n >= 5 && p[0] == 0xe9)
+		return 5;
+	if (n >= 6 && p[0] == 0x0f && p[1] >= 0x80 && p[1] <= 0x8f)
+		return 6;
+	return 0;
+}
+
 int ocaml_runtime_limit_layout(const uint8_t *c, size_t len, uint64_t fn, uint64_t cs_sym, unsigned trigger_off,
 			       unsigned alloc_end_off, unsigned *store_off)
 {
@@ -113,28 +134,12 @@ int ocaml_runtime_limit_layout(const uint8_t *c, size_t len, uint64_t fn, uint64
 		int64_t disp;
 		bool reg_op, mem_cs;
 
-		if (n >= 4 && p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa) { /* endbr64 */
-			i += 4;
-			continue;
-		}
-		if (p[0] == 0xc3 || p[0] == 0x90) { /* ret (code after it is reached by a jump), nop */
-			i += 1;
-			continue;
-		}
-		if (n >= 2 && p[0] == 0xf3 && p[1] == 0xc3) { /* repz ret */
-			i += 2;
+		if ((m = flow_insn_len(p, n))) {
+			i += m;
 			continue;
 		}
 		if (p[0] >= 0x50 && p[0] <= 0x57) { /* push */
 			i += 1;
-			continue;
-		}
-		if (p[0] >= 0x70 && p[0] <= 0x7f && n >= 2) { /* jcc rel8: both ways are decoded in order */
-			i += 2;
-			continue;
-		}
-		if (p[0] == 0xeb && n >= 2) { /* jmp rel8 */
-			i += 2;
 			continue;
 		}
 		if ((p[0] & 0xf0) == 0x40)
@@ -344,31 +349,13 @@ int ocaml_runtime_find_field_load(const uint8_t *c, size_t len, uint64_t fn, uin
 		int64_t d;
 		bool reg_op;
 
-		if (n >= 4 && p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa) { /* endbr64 */
-			i += 4;
+		if ((m = flow_insn_len(p, n))) {
+			i += m;
 			continue;
 		}
 		if (p[0] == 0xe8 && n >= 5) { /* call rel32 */
 			known &= ~CALL_CLOBBERS;
 			i += 5;
-			continue;
-		}
-		/* branches (both ways are walked in order), ret (code after it is
-		 * reached by a jump): nothing they change is tracked */
-		if ((p[0] >= 0x70 && p[0] <= 0x7f) || p[0] == 0xeb) {
-			i += 2;
-			continue;
-		}
-		if (p[0] == 0xe9 && n >= 5) {
-			i += 5;
-			continue;
-		}
-		if (n >= 6 && p[0] == 0x0f && p[1] >= 0x80 && p[1] <= 0x8f) {
-			i += 6;
-			continue;
-		}
-		if (p[0] == 0xc3) {
-			i += 1;
 			continue;
 		}
 		if ((p[0] & 0xf0) == 0x40)
