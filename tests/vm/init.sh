@@ -4,74 +4,27 @@
 # allowed: the kernel executor can run.  Runs camlheap against the fixtures
 # and prints everything between @@ markers on the serial console; the host
 # side judges it.  Nothing here decides pass or fail.
-/bin/busybox --install -s /bin
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
-mount -t tmpfs tmp /tmp
-mount -t securityfs none /sys/kernel/security 2>/dev/null
-export PATH=/bin:/usr/bin
-# PID 1 must not exit (the kernel panics): whatever happens, power off
-trap 'poweroff -f' EXIT
-FX=/work/fixtures
+. /lib.sh
 FX53=/work/fx53
-CH=/work/camlheap
-DETERMINISTIC="ratio c comb fin sig"
-
-echo "@@UNAME $(uname -r)"
-echo "@@LOCKDOWN $(cat /sys/kernel/security/lockdown 2>/dev/null || echo unknown)"
-echo "@@NPROC $(nproc)"
-
-# run NAME CMD...: its status, stdout, stderr, and camlheap's report /tmp/r.txt
-run() {
-	name=$1
-	shift
-	rm -f /tmp/r.txt
-	"$@" >/tmp/o 2>/tmp/e
-	rc=$?
-	echo "@@BEGIN $name"
-	echo "@@RC $rc"
-	echo "@@STDOUT"
-	cat /tmp/o
-	echo "@@STDERR"
-	cat /tmp/e
-	echo "@@REPORT"
-	cat /tmp/r.txt 2>/dev/null
-	echo "@@END $name"
-}
 
 run probe $CH record --executor kernel --duration 0.2 -o /tmp/r.txt -- $FX/alloc_minor n=1
-run sites_1e4 $CH record --executor kernel --rate 1e-4 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=4000000
-run sites_1e5 $CH record --executor kernel --rate 1e-5 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=10000000
-run rate_one $CH record --executor kernel --rate 1 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=3000 ratio c comb
-run memprof $CH record --executor kernel --rate 1e-4 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=4000000 memprof=1e-4
-run census $CH record --executor kernel --rate 1e-3 --live --top 100000 -o /tmp/r.txt -- $FX/leak
+run sites_1e4 $CH record --executor kernel --rate 1e-4 --top 100000 --by stack -o /tmp/r.txt -- $FX/alloc_minor n=4000000
+run sites_1e5 $CH record --executor kernel --rate 1e-5 --top 100000 --by stack -o /tmp/r.txt -- $FX/alloc_minor n=10000000
+run rate_one $CH record --executor kernel --rate 1 --top 100000 --by stack -o /tmp/r.txt -- $FX/alloc_minor n=3000 ratio c comb
+run memprof $CH record --executor kernel --rate 1e-4 --top 100000 --by stack -o /tmp/r.txt -- $FX/alloc_minor n=4000000 memprof=1e-4
+run census $CH record --executor kernel --rate 1e-3 --live --top 100000 --by stack -o /tmp/r.txt -- $FX/leak
 run plain $FX/alloc_minor n=1000000 $DETERMINISTIC
 run profiled $CH record --executor kernel --rate 1e-4 -o /tmp/r.txt -- $FX/alloc_minor n=1000000 $DETERMINISTIC
 
 # kill -9 of camlheap (attached to a running fixture) at spread-out moments
-for i in 1 2 3 4 5 6 7 8; do
-	rm -f /tmp/k
-	$FX/alloc_minor n=4000000 $DETERMINISTIC >/tmp/k &
-	t=$!
-	$CH record -p $t --executor kernel --rate 1e-4 -o /tmp/rk.txt 2>/dev/null &
-	c=$!
-	usleep $((i * 60000))
-	kill -9 $c
-	wait $t
-	rc=$?
-	wait $c 2>/dev/null
-	echo "@@KILL9 $i rc=$rc md5=$(md5sum </tmp/k | cut -d' ' -f1)"
-done
-$FX/alloc_minor n=4000000 $DETERMINISTIC >/tmp/k
-echo "@@KILL9 ref rc=$? md5=$(md5sum </tmp/k | cut -d' ' -f1)"
+kill9 KILL9 kernel 1e-4 60000 8 0 $FX/alloc_minor n=4000000 $DETERMINISTIC
 
 # OCaml 5.3 and 5.1: the kernel executor lends young_trigger to
 # caml_reset_young_limit (bpf/minor5.bpf.h), on one domain and on four
 for v in 53 51; do
 	F=/work/fx$v
-	run v${v}_sites $CH record --executor kernel --rate 1e-4 --top 100000 -o /tmp/r.txt -- $F/alloc_minor n=4000000
-	run v${v}_rate_one $CH record --executor kernel --rate 1 --top 100000 -o /tmp/r.txt -- $F/alloc_minor n=3000 ratio c comb
+	run v${v}_sites $CH record --executor kernel --rate 1e-4 --top 100000 --by stack -o /tmp/r.txt -- $F/alloc_minor n=4000000
+	run v${v}_rate_one $CH record --executor kernel --rate 1 --top 100000 --by stack -o /tmp/r.txt -- $F/alloc_minor n=3000 ratio c comb
 	run v${v}_domains $CH record --executor kernel --rate 1e-3 --by-domain --format json -o /tmp/r.txt -- $F/domains n=4000
 	run v${v}_plain $F/alloc_minor n=1000000 $DETERMINISTIC
 	run v${v}_profiled $CH record --executor kernel --rate 1e-4 -o /tmp/r.txt -- $F/alloc_minor n=1000000 $DETERMINISTIC
@@ -84,7 +37,7 @@ run malloc53 $CH record --executor kernel --malloc --rate 1e-3 --format json -o 
 run malloc53_plain $FX53/cmalloc n=300
 
 # the overhead budget on this kernel: samples thinned in BPF (alloc.bpf.c thin_samples)
-run budget $CH record --executor kernel --rate 1e-3 --budget 1000 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=2000000
+run budget $CH record --executor kernel --rate 1e-3 --budget 1000 --top 100000 --by stack -o /tmp/r.txt -- $FX/alloc_minor n=2000000
 
 # camlheap serve on this kernel: discovery (raw tracepoint), a worker, the
 # socket, camlheap status, a clean stop
@@ -113,33 +66,11 @@ echo "@@SERVE_FILES $(ls /tmp/sv/out/am/*/ | tr '\n' ' ')"
 # kill -9 of camlheap attached to four domains (5.3, one spinning); every
 # other time its probe holder is killed at the same instant (killall), so
 # that a young_trigger lent at that moment is never given back
-$FX53/domains n=30000 >/tmp/k
-echo "@@KILL9D ref rc=$? md5=$(md5sum </tmp/k | cut -d' ' -f1)"
-for i in 1 2 3 4 5 6 7 8; do
-	rm -f /tmp/k
-	$FX53/domains n=30000 >/tmp/k &
-	t=$!
-	$CH record -p $t --executor kernel --rate 1e-3 -o /tmp/rk.txt 2>/dev/null &
-	c=$!
-	usleep $((i * 90000))
-	if [ $((i % 2)) = 0 ]; then killall -9 camlheap; else kill -9 $c; fi
-	wait $t
-	rc=$?
-	wait $c 2>/dev/null
-	echo "@@KILL9D $i rc=$rc md5=$(md5sum </tmp/k | cut -d' ' -f1)"
-done
+kill9 KILL9D kernel 1e-3 90000 8 1 /work/fx53/domains n=30000
 
 # timings: the target's wall time, plain and under each configuration
 # (interleaved, 3 rounds), in microseconds (/proc/uptime: 10 ms steps;
 # busybox's date has no %N)
-now() { cut -d' ' -f1 /proc/uptime; }
-timeit() {
-	s=$(now)
-	"$@" >/dev/null 2>&1
-	rc=$?
-	e=$(now)
-	awk -v s="$s" -v e="$e" -v rc=$rc 'BEGIN { printf "%d rc=%d", (e - s) * 1000000, rc }'
-}
 cd /tmp
 cp /work/big.ml /tmp/big.ml
 run ocamlopt_check ocamlopt.opt -g -c big.ml

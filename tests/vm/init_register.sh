@@ -6,48 +6,17 @@
 # 5.1 from the cached toolchains) and prints everything between @@ markers
 # on the serial console; the host side judges it with the same checks as
 # the other executors'.  Nothing here decides pass or fail.
-/bin/busybox --install -s /bin
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
-mount -t tmpfs tmp /tmp
-mount -t securityfs none /sys/kernel/security 2>/dev/null
-export PATH=/bin:/usr/bin
-trap 'poweroff -f' EXIT
-FX=/work/fixtures
-CH=/work/camlheap
-DETERMINISTIC="ratio c comb fin sig"
-
-echo "@@UNAME $(uname -r)"
-echo "@@LOCKDOWN $(cat /sys/kernel/security/lockdown 2>/dev/null || echo unknown)"
-echo "@@NPROC $(nproc)"
-
-run() {
-	name=$1
-	shift
-	rm -f /tmp/r.txt
-	"$@" >/tmp/o 2>/tmp/e
-	rc=$?
-	echo "@@BEGIN $name"
-	echo "@@RC $rc"
-	echo "@@STDOUT"
-	cat /tmp/o
-	echo "@@STDERR"
-	cat /tmp/e
-	echo "@@REPORT"
-	cat /tmp/r.txt 2>/dev/null
-	echo "@@END $name"
-}
+. /lib.sh
 
 # what auto picks here, and whether the kernel executor is allowed
 run probe $CH record --duration 0.2 -o /tmp/r.txt -- $FX/alloc_minor n=1
 run kernel_allowed $CH record --executor kernel --duration 0.2 -o /tmp/r.txt -- $FX/alloc_minor n=1
 
 # OCaml 4.13 (Debian's): sites, exactness, memprof, census, identity
-run sites_1e4 $CH record --executor register --rate 1e-4 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=4000000
-run rate_one $CH record --executor register --rate 1 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=3000 ratio c comb
-run memprof $CH record --executor register --rate 1e-4 --top 100000 -o /tmp/r.txt -- $FX/alloc_minor n=4000000 memprof=1e-4
-run census $CH record --executor register --rate 1e-3 --live --top 100000 -o /tmp/r.txt -- $FX/leak
+run sites_1e4 $CH record --executor register --rate 1e-4 --top 100000 --by stack -o /tmp/r.txt -- $FX/alloc_minor n=4000000
+run rate_one $CH record --executor register --rate 1 --top 100000 --by stack -o /tmp/r.txt -- $FX/alloc_minor n=3000 ratio c comb
+run memprof $CH record --executor register --rate 1e-4 --top 100000 --by stack -o /tmp/r.txt -- $FX/alloc_minor n=4000000 memprof=1e-4
+run census $CH record --executor register --rate 1e-3 --live --top 100000 --by stack -o /tmp/r.txt -- $FX/leak
 run plain $FX/alloc_minor n=1000000 $DETERMINISTIC
 run profiled $CH record --executor register --rate 1e-4 -o /tmp/r.txt -- $FX/alloc_minor n=1000000 $DETERMINISTIC
 run cdeep_plain $FX/cdeep n=200
@@ -58,27 +27,13 @@ run gctiming $CH record --executor register --rate 1e-2 --format json -o /tmp/r.
 unset OCAMLRUNPARAM
 
 # kill -9 of camlheap attached to a running fixture, at spread-out moments
-for i in 1 2 3 4 5 6 7 8; do
-	rm -f /tmp/k
-	$FX/alloc_minor n=4000000 $DETERMINISTIC >/tmp/k &
-	t=$!
-	$CH record -p $t --executor register --rate 1e-4 -o /tmp/rk.txt 2>/dev/null &
-	c=$!
-	usleep $((i * 60000))
-	kill -9 $c
-	wait $t
-	rc=$?
-	wait $c 2>/dev/null
-	echo "@@KILL9 $i rc=$rc md5=$(md5sum </tmp/k | cut -d' ' -f1)"
-done
-$FX/alloc_minor n=4000000 $DETERMINISTIC >/tmp/k
-echo "@@KILL9 ref rc=$? md5=$(md5sum </tmp/k | cut -d' ' -f1)"
+kill9 KILL9 register 1e-4 60000 8 0 $FX/alloc_minor n=4000000 $DETERMINISTIC
 
 # OCaml 5.3 and 5.1: caml_reset_young_limit's young_trigger load
 for v in 53 51; do
 	F=/work/fx$v
-	run v${v}_sites $CH record --executor register --rate 1e-4 --top 100000 -o /tmp/r.txt -- $F/alloc_minor n=4000000
-	run v${v}_rate_one $CH record --executor register --rate 1 --top 100000 -o /tmp/r.txt -- $F/alloc_minor n=3000 ratio c comb
+	run v${v}_sites $CH record --executor register --rate 1e-4 --top 100000 --by stack -o /tmp/r.txt -- $F/alloc_minor n=4000000
+	run v${v}_rate_one $CH record --executor register --rate 1 --top 100000 --by stack -o /tmp/r.txt -- $F/alloc_minor n=3000 ratio c comb
 	run v${v}_plain $F/alloc_minor n=1000000 $DETERMINISTIC
 	run v${v}_profiled $CH record --executor register --rate 1e-4 -o /tmp/r.txt -- $F/alloc_minor n=1000000 $DETERMINISTIC
 	export OCAMLRUNPARAM=s=4k
@@ -90,14 +45,6 @@ done
 # timings: the target's wall time plain, with in-process Gc.Memprof, under
 # the register executor and (where the kernel allows it) the kernel one,
 # interleaved, 3 rounds, microseconds (/proc/uptime: 10 ms steps)
-now() { cut -d' ' -f1 /proc/uptime; }
-timeit() {
-	s=$(now)
-	"$@" >/dev/null 2>&1
-	rc=$?
-	e=$(now)
-	awk -v s="$s" -v e="$e" -v rc=$rc 'BEGIN { printf "%d rc=%d", (e - s) * 1000000, rc }'
-}
 KERNEL_OK=0
 $CH record --executor kernel --duration 0.1 -o /tmp/rt.txt -- $FX/alloc_minor n=1 >/dev/null 2>&1 && KERNEL_OK=1
 for round in 1 2 3; do
@@ -130,21 +77,7 @@ for v in 53 51; do
 	unset OCAMLRUNPARAM
 done
 # kill -9 of camlheap attached to four domains (5.3, one spinning)
-/work/fx53/domains n=30000 >/tmp/k
-echo "@@KILL9D ref rc=$? md5=$(md5sum </tmp/k | cut -d' ' -f1)"
-for i in 1 2 3 4 5 6; do
-	rm -f /tmp/k
-	/work/fx53/domains n=30000 >/tmp/k &
-	t=$!
-	$CH record -p $t --executor register --rate 1e-3 -o /tmp/rk.txt 2>/dev/null &
-	c=$!
-	usleep $((i * 90000))
-	if [ $((i % 2)) = 0 ]; then killall -9 camlheap; else kill -9 $c; fi
-	wait $t
-	rc=$?
-	wait $c 2>/dev/null
-	echo "@@KILL9D $i rc=$rc md5=$(md5sum </tmp/k | cut -d' ' -f1)"
-done
+kill9 KILL9D register 1e-3 90000 6 1 /work/fx53/domains n=30000
 
 echo "@@DONE"
 poweroff -f

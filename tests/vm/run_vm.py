@@ -139,6 +139,7 @@ def build_initramfs(init="init.sh"):
         c.mkdir(d)
     c.add_file("/bin/busybox", "/bin/busybox")
     c.add("/init", open(os.path.join(HERE, init), "rb").read())
+    c.add("/lib.sh", open(os.path.join(HERE, "lib.sh"), "rb").read(), 0o100644)
     c.add_file(chtest.CAMLHEAP, "/work/camlheap")
     c.add_file(chtest.fixture("alloc_minor"), "/work/fixtures/alloc_minor")
     c.add_file(chtest.fixture("leak"), "/work/fixtures/leak")
