@@ -34,7 +34,6 @@
 #include "target/ocaml_runtime.h"
 #include "target/proc.h"
 #include "collect/ptexec.h"
-#include "collect/regexec.h"
 #include "profile/profile.h"
 #include "collect/sampler.h"
 #include "collect/malloc_probes.h"
@@ -72,61 +71,6 @@ static int check_privileges(char *msg, size_t len)
 		 "(sudo camlheap ...)",
 		 bpf ? "" : " [CAP_BPF missing]", perfmon ? "" : " [CAP_PERFMON missing]");
 	return -EPERM;
-}
-
-static const char *const executor_names[] = {
-	[CH_EXEC_OBSERVE] = "observe",
-	[CH_EXEC_PTRACE] = "ptrace",
-	[CH_EXEC_KERNEL] = "kernel",
-	[CH_EXEC_REGISTER] = "register",
-};
-
-/* --executor auto|register|kernel|ptrace|observe -> the executor that will
- * run (before the target is known: run_plan falls back from register if
- * its runtime's code has no site it knows). */
-static int choose_executor(enum record_executor want, enum ch_executor *ex, char *msg, size_t len)
-{
-	char why[256];
-	int allowed;
-
-	switch (want) {
-	case RECORD_EXEC_PTRACE:
-		*ex = CH_EXEC_PTRACE;
-		return 0;
-	case RECORD_EXEC_OBSERVE:
-		*ex = CH_EXEC_OBSERVE;
-		return 0;
-	case RECORD_EXEC_REGISTER:
-		allowed = regexec_supported(why, sizeof(why));
-		if (allowed == 1) {
-			*ex = CH_EXEC_REGISTER;
-			return 0;
-		}
-		snprintf(msg, len, "--executor register: %s; use --executor auto",
-			 allowed == -EPERM ? "camlheap lacks the privileges to load BPF" : why);
-		return -EPERM;
-	case RECORD_EXEC_KERNEL:
-	case RECORD_EXEC_AUTO:
-		if (want == RECORD_EXEC_AUTO && regexec_supported(NULL, 0) == 1) {
-			*ex = CH_EXEC_REGISTER;
-			return 0;
-		}
-		allowed = sampler_kernel_write_allowed();
-		if (allowed == 1) {
-			*ex = CH_EXEC_KERNEL;
-			return 0;
-		}
-		if (want == RECORD_EXEC_AUTO) {
-			*ex = CH_EXEC_PTRACE;
-			return 0;
-		}
-		snprintf(msg, len,
-			 "--executor kernel: this kernel refuses BPF programs that call bpf_probe_write_user "
-			 "(kernel lockdown, the default under Secure Boot)%s; use --executor ptrace (or auto)",
-			 allowed == -EPERM ? ", or camlheap lacks the privileges to load BPF" : "");
-		return -EPERM;
-	}
-	return -EINVAL;
 }
 
 /* One recording, from the checks to the wait: what its stages share. */
@@ -188,7 +132,7 @@ static int run_check(struct run *r)
 		fprintf(stderr, "camlheap: %s\n", r->msg);
 		return 2;
 	}
-	if (choose_executor(o->executor, &r->ex, r->msg, sizeof(r->msg)) < 0) {
+	if (record_choose_executor(o->executor, &r->ex, r->msg, sizeof(r->msg)) < 0) {
 		fprintf(stderr, "camlheap: %s\n", r->msg);
 		return 2;
 	}
@@ -246,19 +190,7 @@ static int run_plan(struct run *r)
 	if (ret < 0)
 		return ret;
 	if (getenv("CAMLHEAP_DEBUG"))
-		for (int k = OCAML_PROBE_REG_TRIGGER; k <= OCAML_PROBE_REG_TRIGGER_PENDING; k++)
-			if (t->rt.probes[k].present) {
-				const struct ocaml_reg_load *l = &t->rt.reg_trigger[k - OCAML_PROBE_REG_TRIGGER];
-
-				/* the tests compare these with objdump's reading */
-				fprintf(stderr, "camlheap: register site %s+%#x: load %d(r%u) -> r%u, %u bytes\n",
-					t->rt.probes[k].symbol, l->at, l->disp, l->base, l->dst, l->len);
-			}
-	if (getenv("CAMLHEAP_DEBUG") && t->rt.probes[OCAML_PROBE_REG_END].present)
-		fprintf(stderr, "camlheap: register end site %s+%#x: load %d(r%u) -> r%u, %u bytes, store %u bytes, ret\n",
-			t->rt.probes[OCAML_PROBE_REG_END].symbol, t->rt.reg_trigger[2].at, t->rt.reg_trigger[2].disp,
-			t->rt.reg_trigger[2].base, t->rt.reg_trigger[2].dst, t->rt.reg_trigger[2].len,
-			t->rt.reg_end_store_len);
+		record_say_register_sites(&t->rt);
 	memprof_rate = t->rt.minor_ok ? target_memprof_rate(t) : -1;
 	if (memprof_rate > 0 && (o->executor == RECORD_EXEC_AUTO || o->executor == RECORD_EXEC_OBSERVE)) {
 		/* the program samples itself: never arm, take its samples */
@@ -278,31 +210,9 @@ static int run_plan(struct run *r)
 		r->px_untraced = r->px != NULL;
 		r->ex = CH_EXEC_OBSERVE;
 	} else if (r->ex == CH_EXEC_REGISTER && !t->rt.regexec_ok) {
-		/* a runtime compiled otherwise than the releases' tested builds */
-		static const char no_site[] = "its runtime's young_limit recomputation does not load young_trigger "
-					      "in a form the register executor performs (ocaml_runtime.h "
-					      "ocaml_runtime_find_field_load)";
-
-		if (o->executor == RECORD_EXEC_REGISTER) {
-			snprintf(r->msg, sizeof(r->msg), "--executor register cannot sample PID %d: %s; use --executor auto",
-				 t->pid, no_site);
-			return -ENOTSUP;
-		}
-		if (sampler_kernel_write_allowed() == 1) {
-			r->ex = CH_EXEC_KERNEL;
-		} else if (t->launched) {
-			/* the command is already held by this thread, not the executor's */
-			r->ex = CH_EXEC_OBSERVE;
-			r->meta.minor_off_why = "the register executor cannot sample this program (its runtime's "
-						"young_trigger load is of a form it does not know), and in launch mode the "
-						"ptrace executor cannot take over: attach with -p PID --executor ptrace";
-		} else {
-			r->ex = CH_EXEC_PTRACE;
-			ret = ptexec_attach(t->pid, &r->px, r->msg, sizeof(r->msg));
-			if (ret < 0)
-				return ret;
-		}
-		record_say("camlheap: PID %d: %s: the %s executor runs instead\n", t->pid, no_site, executor_names[r->ex]);
+		ret = record_register_fallback(o, t, &r->ex, &r->px, &r->meta, r->msg, sizeof(r->msg));
+		if (ret < 0)
+			return ret;
 	} else if (r->ex == CH_EXEC_OBSERVE) {
 		r->meta.minor_off_why = "--executor observe: camlheap never writes to the target";
 	} else if (r->ex == CH_EXEC_PTRACE && !r->px) {
@@ -325,7 +235,7 @@ static int run_plan(struct run *r)
 	if (o->keep_cpus_awake && r->ex != CH_EXEC_PTRACE)
 		record_say("camlheap: --keep-cpus-awake is for the ptrace executor; the %s executor runs "
 				"without it\n",
-			executor_names[r->ex]);
+			record_executor_name(r->ex));
 	if (r->ex == CH_EXEC_OBSERVE && !r->cfg.minor_from_memprof && t->launched && t->rt.minor_ok)
 		record_say("camlheap: --executor observe in launch mode: the command has not started a "
 				"Gc.Memprof of its own yet (it is looked for when camlheap attaches); to take its "
@@ -343,7 +253,7 @@ static int run_plan(struct run *r)
 		snprintf(r->msg, sizeof(r->msg), "cannot take a census of PID %d: %s", t->pid, r->meta.census_off_why);
 		return -ENOTSUP;
 	}
-	r->meta.executor = executor_names[r->ex];
+	r->meta.executor = record_executor_name(r->ex);
 	if (o->malloc) {
 		ret = malloc_probes_plan(t->pid, t->img, &t->rt, &mprobes, r->msg, sizeof(r->msg));
 		if (ret < 0)
@@ -540,7 +450,7 @@ static bool run_start(struct run *r)
 	in->next_periodic = now_s() + o->interval_s;
 	record_window_check(in);
 	if (o->serve)
-		serve_send(in, "attached %s %s %g", t->rt.version, executor_names[r->ex], r->cfg.rate);
+		serve_send(in, "attached %s %s %g", t->rt.version, record_executor_name(r->ex), r->cfg.rate);
 	if (o->topo) {
 		struct top_source src = {
 			.prof = r->prof,
@@ -548,7 +458,7 @@ static bool run_start(struct run *r)
 			.pid = t->pid,
 			.exe = t->exe,
 			.ocaml_version = t->rt.version,
-			.executor = executor_names[r->ex],
+			.executor = record_executor_name(r->ex),
 			.census_on = r->meta.census_on,
 			.ctx = in,
 			.status = record_top_status_cb,

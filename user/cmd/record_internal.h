@@ -23,6 +23,7 @@
 
 struct sampler;
 struct ptexec;
+struct ocaml_runtime;
 struct ptexec_stats;
 struct recording;
 
@@ -196,5 +197,28 @@ bool record_wait_for_command(pid_t pid, int sigfd, int pidfd, int *status, int *
  * Returns 0 or -errno. */
 int record_write_report(const struct record_opts *o, const struct profile *prof, const struct report_meta *meta,
 			struct target *t);
+
+/* record_executor.c.  The executor's name as reports give it ("ptrace"). */
+const char *record_executor_name(enum ch_executor ex);
+
+/* --executor `want` -> the executor that will run, into *ex, before the
+ * target is known (auto: register where the kernel passes regexec.h's
+ * check, else kernel where bpf_probe_write_user is allowed, else ptrace).
+ * Returns 0, or -EPERM with a message in msg (`len` bytes) when the one
+ * asked for cannot run here. */
+int record_choose_executor(enum record_executor want, enum ch_executor *ex, char *msg, size_t len);
+
+/* The register executor was chosen but target `t`'s runtime has none of
+ * its sites (rt.regexec_ok false): asked for by name, an error (-ENOTSUP,
+ * msg); under auto the kernel executor where allowed, else ptrace attached
+ * now (*px; -p mode), else observe with meta->minor_off_why saying why
+ * (launch mode: the command is held by this thread).  Says which ran.
+ * Returns 0 or a negative errno with msg set. */
+int record_register_fallback(const struct record_opts *o, struct target *t, enum ch_executor *ex, struct ptexec **px,
+			     struct report_meta *meta, char *msg, size_t len);
+
+/* CAMLHEAP_DEBUG: the register executor's sites found in `rt`, on stderr
+ * (tests/test_versions.py compares them with objdump's reading). */
+void record_say_register_sites(const struct ocaml_runtime *rt);
 
 #endif
