@@ -142,6 +142,8 @@ void sampler_size_maps(struct sampler *s, const struct sampler_config *cfg)
 		bpf_map__set_max_entries(s->skel->maps.write_req, 1);
 	if (!five || cfg->executor != CH_EXEC_KERNEL)
 		bpf_map__set_max_entries(s->skel->maps.trig_loans, 1);
+	if (five || cfg->executor != CH_EXEC_REGISTER)
+		bpf_map__set_max_entries(s->skel->maps.reg_end_subst, 1);
 	if (!five) {
 		bpf_map__set_max_entries(s->skel->maps.reset_dom, 1);
 		bpf_map__set_max_entries(s->skel->maps.domains, 1);
