@@ -303,6 +303,23 @@ def test_serve_http_endpoints_pprof_metrics_targets_memtrace_status():
         assert code == 200, open(ctf, "rb").read()[:300]
         r = subprocess.run([CAMLHEAP, "report", ctf], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert r.returncode == 0 and b"Idle.idle_site" in r.stdout, r.stderr.decode()
+        # its clock is its own (issue 24 item 2): the worker had followed the
+        # process for ~2 s before it, yet the recording lasts ~1 s, its peak
+        # lies within that second, and a window of it keeps samples
+        text = r.stdout.decode()
+        dur = float(re.search(r"^duration\s+([\d.]+) s", text, re.M).group(1))
+        assert 0.9 <= dur <= 1.6, text[:1500]
+        peak_at = float(re.search(r"peak .* at ([\d.]+) s", text).group(1))
+        assert peak_at <= dur + 0.05, text[:1500]
+        assert "opened" in text and "on-demand recording" in text, text[:1500]
+        r = subprocess.run([CAMLHEAP, "report", ctf, "--from", "0.2", "--to", "0.8"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+        assert r.returncode == 0, r.stderr.decode()
+        assert int(re.search(r"^samples\s+(\d+)", r.stdout.decode(), re.M).group(1)) > 0, r.stdout.decode()[:1500]
+        # its counters are the recording's: fewer stops than the worker's whole run
+        whole = svc.processes()[p.pid]
+        stops = re.search(r"^executor\s+ptrace: (\d+) stops", text, re.M)
+        assert stops and 0 < int(stops.group(1)) < whole["executor_stops"], (stops and stops.group(0), whole)
         # the Unix socket serves the same, and `camlheap status` reads it
         code, body = curl("http://localhost/targets", unix=svc.sock)
         assert code == 200 and json.loads(body)["targets"][0]["name"] == "idle"

@@ -492,7 +492,7 @@ static void run_detach(struct run *r)
 	sampler_stop_sampling(r->smp, t->pid);
 	/* the resident set now if the target still lives, else its last reading */
 	record_fill_resident(m, in, !in->exec && record_read_resident(in) == 0);
-	m->budget = record_budget_describe(in);
+	m->budget = record_budget_describe(in, NULL);
 	record_window_finish(in, now_s());
 	t_detach = now_s();
 	/* no probe queues a write any more: drain and let go */

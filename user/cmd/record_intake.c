@@ -145,22 +145,31 @@ double record_self_cpu_s(double *max_rss_mib)
 }
 
 /* The lambdas in force so far, for the report ("1e-05 for 3.0 s, then ..."). */
-const char *record_budget_describe(struct intake *in)
+void record_budget_seconds(const struct intake *in, double *secs)
 {
 	double now = now_s();
+
+	for (unsigned k = 0; k <= CH_MAX_RATE_SHIFT; k++)
+		secs[k] = in->shift_s[k] + (k == in->shift ? now - in->shift_since : 0);
+}
+
+const char *record_budget_describe(struct intake *in, const double *since)
+{
+	double secs[CH_MAX_RATE_SHIFT + 1];
 	size_t n = 0;
 
 	if (!(in->budget_sps > 0))
 		return NULL;
+	record_budget_seconds(in, secs);
 	n += (size_t)snprintf(in->budget_text, sizeof(in->budget_text), "budget %g samples/s: ", in->budget_sps);
 	for (unsigned k = 0; k <= in->max_shift && n < sizeof(in->budget_text); k++) {
-		double secs = in->shift_s[k] + (k == in->shift ? now - in->shift_since : 0);
+		double s = secs[k] - (since ? since[k] : 0);
 
-		if (secs <= 0)
+		if (s <= 0)
 			continue;
 		n += (size_t)snprintf(in->budget_text + n, sizeof(in->budget_text) - n, "%s%g (2^-%u) for %.2f s",
 				      n > 30 && in->budget_text[n - 2] != ':' ? ", " : "",
-				      ldexp(in->prof->rate, -(int)k), k, secs);
+				      ldexp(in->prof->rate, -(int)k), k, s);
 	}
 	return in->budget_text;
 }
@@ -224,7 +233,7 @@ static void snapshot_meta(struct intake *in, struct report_meta *m, const char *
 	if (in->smp)
 		sampler_counters(in->smp, m->counters);
 	m->cpu_s = record_self_cpu_s(&m->max_rss_mib);
-	m->budget = record_budget_describe(in);
+	m->budget = record_budget_describe(in, NULL);
 	record_fill_resident(m, in, true);
 	if (in->px) {
 		struct ptexec_stats ps;
@@ -291,6 +300,47 @@ void record_write_periodic(struct intake *in, const char *tag, const char *reaso
 	}
 }
 
+/* m minus what `base` had counted already: the figures of the span since
+ * base was taken (every counter but CH_CNT_LAYOUT_BAD, which says whether
+ * minor sampling stopped, not how often). */
+static void meta_since(struct report_meta *m, const struct report_meta *base)
+{
+#define SINCE(f) (m->f = m->f > base->f ? m->f - base->f : 0)
+	for (int i = 0; i < CH_CNT__COUNT; i++)
+		if (i != CH_CNT_LAYOUT_BAD)
+			SINCE(counters[i]);
+	SINCE(exec_stops);
+	SINCE(exec_writes);
+	SINCE(exec_stale);
+	SINCE(exec_pending);
+	SINCE(exec_errors);
+	SINCE(exec_passed_signals);
+	SINCE(exec_service_s);
+	SINCE(exec_stopped_s);
+	SINCE(exec_freezes);
+	SINCE(exec_freeze_timeouts);
+	SINCE(exec_rechecks);
+	SINCE(exec_in_flight);
+	SINCE(exec_reinterrupts);
+	SINCE(probe_hits);
+	SINCE(probe_bpf_s);
+	SINCE(probe_trap_s);
+	SINCE(fates_drained);
+	SINCE(cpu_s);
+#undef SINCE
+}
+
+static void record_trace_begin(struct intake *in)
+{
+	struct timespec real;
+
+	in->trace_start = now_s();
+	clock_gettime(CLOCK_REALTIME, &real);
+	in->trace_start_unix_ns = (int64_t)real.tv_sec * 1000000000 + real.tv_nsec;
+	snapshot_meta(in, &in->trace_base, NULL);
+	record_budget_seconds(in, in->trace_shift_base);
+}
+
 void record_trace_finish(struct intake *in, const char *reason)
 {
 	struct report_meta m;
@@ -298,8 +348,16 @@ void record_trace_finish(struct intake *in, const char *reason)
 
 	if (!in->trace)
 		return;
+	/* the recording's own window: its times count from its start, its
+	 * counters from what the worker had counted then */
 	snapshot_meta(in, &m, reason);
-	m.duration_s = now_s() - in->trace_start; /* the recording's own window */
+	meta_since(&m, &in->trace_base);
+	m.budget = record_budget_describe(in, in->trace_shift_base);
+	m.duration_s = now_s() - in->trace_start;
+	m.start_unix_ns = in->trace_start_unix_ns;
+	m.window_wait_s = in->trace_start - in->t_attached;
+	m.window_how = "for an on-demand recording (camlheap serve, /debug/memtrace)";
+	m.window_minor_late_s = 0;
 	ret = recording_finish(in->trace, &m, in->prof, &in->t->mods);
 	recording_free(in->trace);
 	in->trace = NULL;
@@ -354,7 +412,7 @@ static void serve_command(struct intake *in)
 			return;
 		}
 		in->trace_id = c.id;
-		in->trace_start = now_s();
+		record_trace_begin(in);
 		in->trace_end = in->trace_start + c.value;
 	}
 }

@@ -71,6 +71,11 @@ struct intake {
 	struct recording *trace;   /* an on-demand recording (`trace` command), or NULL */
 	uint64_t trace_id;
 	double trace_start, trace_end;
+	/* the worker's figures as that recording began: its header counts
+	 * from there (record_trace_finish) */
+	struct report_meta trace_base;
+	double trace_shift_base[CH_MAX_RATE_SHIFT + 1];
+	int64_t trace_start_unix_ns;
 	char trace_path[4096];
 	/* camlheap top */
 	struct top *top;
@@ -155,8 +160,14 @@ void record_fill_resident(struct report_meta *meta, struct intake *intake, bool 
 double record_self_cpu_s(double *max_rss_mib);
 
 /* --budget: the lambdas in force so far, for the report ("1e-05 for 3.0 s,
- * then ..."), in in->budget_text; NULL without a budget. */
-const char *record_budget_describe(struct intake *in);
+ * then ..."), in in->budget_text; NULL without a budget.  `since`
+ * (CH_MAX_RATE_SHIFT + 1 doubles, or NULL): seconds at each shift already
+ * spent before the span described (record_budget_seconds at its start). */
+const char *record_budget_describe(struct intake *in, const double *since);
+
+/* The seconds spent at each rate shift so far, the current one included,
+ * into secs[CH_MAX_RATE_SHIFT + 1]. */
+void record_budget_seconds(const struct intake *in, double *secs);
 
 /* A service worker's pair of files (heap profile and census) into its
  * directory, tagged `tag` ("-final" at the end), with `reason`. */

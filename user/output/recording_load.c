@@ -91,6 +91,7 @@ struct load_state {
 	GHashTable *stack_ok;      /* stack hash -> GINT_TO_POINTER(1 keep, 2 drop) */
 	struct ch_sample_event *ev;
 	uint32_t clean_before;     /* clean notes before the window */
+	bool cycle_seen;           /* a cycle or clean note was read: cycle_base is set */
 };
 
 static bool stack_selected(struct load_state *s, const uint64_t *codes, size_t n, uint64_t h)
@@ -234,8 +235,19 @@ static void load_fate(struct load_state *s, uint64_t t_us, uint64_t id, unsigned
 static void load_annotation(struct load_state *s, uint64_t t_us, uint64_t code)
 {
 	uint64_t v = code & ANN_PAYLOAD;
+	unsigned ann = (code >> 56) & 0x3f;
 
-	switch ((code >> 56) & 0x3f) {
+	/* A recording that began while the worker ran (serve's
+	 * /debug/memtrace) starts in the middle of the count of clean
+	 * phases: its major cycles count from the first it names. */
+	if (!s->cycle_seen && (ann == ANN_CYCLE || ann == ANN_CLEAN)) {
+		uint32_t c = (uint32_t)v;
+
+		s->cycle_seen = true;
+		s->cycle_base = ann == ANN_CYCLE ? c : c > 0 ? c - 1 : 0;
+		s->clean_before = s->cycle_base;
+	}
+	switch (ann) {
 	case ANN_GC:
 		s->minor = (uint32_t)v;
 		s->major = (uint32_t)(v >> 32);
