@@ -423,6 +423,44 @@ def test_serve_budget_holds_the_sample_rate_and_estimates_stay_unbiased():
             p.kill()
 
 
+def test_serve_max_depth_key_reaches_the_workers_stack_walk():
+    """Issue 24 item 7: serve's stacks were walked to record's default depth
+    whatever the file said.  [serve] max-depth sets it for every target, a
+    target's own key overrides it; the heap profile served over HTTP shows
+    walks cut at that depth."""
+    svc = Service({"idle": "exe = %s\nrate = 1e-3\nmax-depth = 2" % fixture("idle"),
+                   "other": "exe = /nonexistent/prog"}, PORT_BASE + 11, interval=60, extra="max-depth = 300")
+    p, _ = start_idle()
+    try:
+        r = subprocess.run([CAMLHEAP, "serve", "--config", svc.conf, "--check"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+        out = r.stdout.decode()
+        assert r.returncode == 0 and re.search(r"idle:.*stacks up to 2 frames", out) and \
+            re.search(r"other:.*stacks up to 300 frames", out), (out, r.stderr.decode())
+        svc.wait_state(p.pid, "recording")
+        time.sleep(1.0)
+        path = os.path.join(svc.dir, "heap.pb.gz")
+        code, _ = curl(svc.url("/debug/pprof/allocs?pid=%d" % p.pid), out=path)
+        assert code == 200, open(path, "rb").read()[:300]
+        prof = decode_pprof(path)
+        strings = prof["string_table"]
+        funcs = {f["id"][0]: strings[f["name"][0]] for f in prof["function"]}
+        locs = {l["id"][0]: [funcs[ln["function_id"][0]] for ln in l.get("line", [])] for l in prof["location"]}
+        assert prof["sample"]
+        cut = 0
+        for smp in prof["sample"]:
+            frames = [n for lid in smp["location_id"] for n in locs[lid]]
+            assert len([n for n in frames if not n.startswith("[")]) <= 2, frames
+            cut += "[stack walk ended: depth limit]" in frames
+        assert cut > 0, locs
+        assert svc.stop() == 0
+    finally:
+        svc.stop()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_serve_bad_configuration_is_refused_with_the_place_named():
     d = chtest.tmpdir()
     cases = [
@@ -443,6 +481,9 @@ def test_serve_bad_configuration_is_refused_with_the_place_named():
         ("[target:a]\npidfile = /tmp\n", "[target:a] pidfile: '/tmp' is a directory"),
         ("[serve]\noutput = /etc/hostname\n[target:a]\nexe = /bin/true\n",
          "[serve] output: '/etc/hostname' exists and is not a directory"),
+        ("[serve]\nmax-depth = 0\n[target:a]\nexe = /bin/true\n", "[serve] max-depth: '0' is not a number in [1, 2048]"),
+        ("[target:a]\nexe = /bin/true\nmax-depth = 4096\n", "[target:a] max-depth: '4096' is not a number in [1, 2048]"),
+        ("[target:a]\nexe = /bin/true\nmax-depth = 12.5\n", "[target:a] max-depth: not a whole number of frames"),
     ]
     for text, want in cases:
         conf = os.path.join(d, "c.conf")
@@ -507,7 +548,7 @@ def test_serve_bad_configuration_is_refused_with_the_place_named():
         f.write("[serve]\nkeep-bytes = 2G\n[target:a]\nexe = /bin/true\nrate = 1e-4\nbudget = 500\n")
     r = subprocess.run([CAMLHEAP, "serve", "--config", conf, "--check"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE)
-    assert r.returncode == 0 and b"rate 0.0001, budget 500 samples/s\n" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and b"rate 0.0001, budget 500 samples/s, stacks up to 1024 frames\n" in r.stdout, r.stdout + r.stderr
     # --check states the budget that applies: the host's share, not "budget 0"
     with open(conf, "w") as f:
         f.write("[serve]\nhost-budget = 2000\n[target:a]\nexe = /bin/true\n[target:b]\nexe = /bin/ls\nbudget = 50\n"

@@ -49,6 +49,7 @@ struct serve_target {
 	double budget;     /* budget = SAMPLES_PER_SECOND per process (0: none) */
 	bool malloc;       /* malloc = true: --malloc */
 	char *executor;    /* executor = auto|kernel|ptrace|observe (default auto) */
+	unsigned max_depth;/* max-depth = FRAMES of a stack walk, 1..CH_MAX_FRAMES (default: [serve] max-depth) */
 };
 
 /* The configuration file: GLib key file syntax (INI-like; `man camlheap.conf`). */
@@ -62,6 +63,7 @@ struct serve_config {
 	double rate;       /* rate = LAMBDA for targets without their own (default 1e-5) */
 	double host_budget;/* host-budget = SAMPLES_PER_SECOND over all processes (0: none) */
 	unsigned max_processes; /* max-processes = N followed at once (default 256) */
+	unsigned max_depth;/* max-depth = FRAMES for targets without their own (default 1024, record's) */
 	struct serve_target *targets;
 	size_t ntargets;
 	char *warnings;    /* lines about things that parse but look wrong (an exe that does not exist, two

@@ -16,9 +16,11 @@
 
 #include <glib.h>
 
+#include "camlheap.h"
+
 static const char *const serve_keys[] = { "output", "interval", "keep", "keep-bytes", "listen", "socket",
-					  "rate", "host-budget", "max-processes", NULL };
-static const char *const target_keys[] = { "exe", "unit", "cgroup", "pidfile", "rate", "budget", "malloc",
+					  "rate", "host-budget", "max-processes", "max-depth", NULL };
+static const char *const target_keys[] = { "exe", "unit", "cgroup", "pidfile", "rate", "budget", "malloc", "max-depth",
 					   "executor", NULL };
 
 static bool in_list(const char *const *l, const char *k)
@@ -142,6 +144,7 @@ static void set_defaults(struct serve_config *c)
 	c->listen = g_strdup("127.0.0.1:6061");
 	c->rate = 1e-5;
 	c->max_processes = 256;
+	c->max_depth = CH_DEFAULT_FRAMES;
 }
 
 /* Group *g is [serve] or [target:NAME], each of its keys one of that
@@ -236,6 +239,12 @@ static int load_serve_group(GKeyFile *kf, const char *path, struct serve_config 
 	if (get_double(kf, path, g, "max-processes", 1, 4096, false, &d, err, len) < 0)
 		return -EINVAL;
 	c->max_processes = (unsigned)d;
+	d = c->max_depth;
+	if (get_double(kf, path, g, "max-depth", 1, CH_MAX_FRAMES, false, &d, err, len) < 0)
+		return -EINVAL;
+	if (d != (unsigned)d)
+		return bad(err, len, path, g, "max-depth", "not a whole number of frames");
+	c->max_depth = (unsigned)d;
 	return 0;
 }
 
@@ -269,6 +278,7 @@ static int load_target(GKeyFile *kf, const char *path, gchar **g, struct serve_c
 	t->pidfile = get_str(kf, *g, "pidfile");
 	t->executor = get_str(kf, *g, "executor");
 	t->rate = c->rate;
+	t->max_depth = c->max_depth;
 	if (!t->exe && !t->unit && !t->cgroup && !t->pidfile)
 		return bad(err, len, path, *g, NULL, "no way to find its processes: give exe, unit, cgroup or pidfile");
 	if (t->exe && t->exe[0] != '/')
@@ -300,6 +310,15 @@ static int load_target(GKeyFile *kf, const char *path, gchar **g, struct serve_c
 	if (get_double(kf, path, *g, "rate", 0, 1, true, &t->rate, err, len) < 0 ||
 	    get_double(kf, path, *g, "budget", 0, 1e9, false, &t->budget, err, len) < 0)
 		return -EINVAL;
+	{
+		double d = t->max_depth;
+
+		if (get_double(kf, path, *g, "max-depth", 1, CH_MAX_FRAMES, false, &d, err, len) < 0)
+			return -EINVAL;
+		if (d != (unsigned)d)
+			return bad(err, len, path, *g, "max-depth", "not a whole number of frames");
+		t->max_depth = (unsigned)d;
+	}
 	if (g_key_file_has_key(kf, *g, "malloc", NULL)) {
 		t->malloc = g_key_file_get_boolean(kf, *g, "malloc", &be);
 		if (be) {

@@ -24,6 +24,7 @@
 
 #include <glib.h>
 
+#include "camlheap.h"
 #include "cmd/serve_internal.h"
 
 #define MAX_EXITED 256 /* exited processes kept in /targets */
@@ -76,7 +77,7 @@ void rebalance_budgets(void)
 /* Start a worker for process pid of target t. */
 void start_worker(const struct serve_target *t, pid_t pid)
 {
-	char spid[16], srate[32], sint[32], sbudget[32], stamp[32], dir[PATH_MAX];
+	char spid[16], srate[32], sint[32], sbudget[32], sdepth[16], stamp[32], dir[PATH_MAX];
 	unsigned long long st = 0;
 	int sv[2] = { -1, -1 }, ep[2] = { -1, -1 };
 	posix_spawn_file_actions_t fa;
@@ -144,6 +145,9 @@ void start_worker(const struct serve_target *t, pid_t pid)
 		argv[argc++] = "--budget";
 		argv[argc++] = sbudget;
 	}
+	snprintf(sdepth, sizeof(sdepth), "%u", t->max_depth ? t->max_depth : CH_DEFAULT_FRAMES);
+	argv[argc++] = "--max-depth";
+	argv[argc++] = sdepth;
 	if (t->malloc)
 		argv[argc++] = "--malloc";
 	if (t->executor) {
