@@ -461,6 +461,58 @@ def test_serve_max_depth_key_reaches_the_workers_stack_walk():
             p.wait()
 
 
+def test_serve_reload_applies_interval_to_running_workers_and_restarts_those_whose_rate_changed():
+    """Issue 24 item 3: a reload kept `interval` and `rate` for processes
+    already followed, silently.  Now the interval reaches the running
+    workers; a changed rate restarts a worker (the log says why), and the
+    new worker records at the new rate."""
+    svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle"),
+                   "keep": "exe = %s\nrate = 1e-3" % fixture("steady")}, PORT_BASE + 12, interval=60, keep=100)
+    p, _ = start_idle(n=60)
+    q = subprocess.Popen([fixture("steady"), "n=20"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def workers_of(pid):
+        return [x for t in svc.targets()["targets"] for x in t["processes"] if x["pid"] == pid]
+
+    try:
+        svc.wait_state(p.pid, "recording")
+        svc.wait_state(q.pid, "recording")
+        old_worker = [x for x in workers_of(q.pid) if x["state"] == "recording"][0]["worker_pid"]
+        with open(svc.conf) as f:
+            text = f.read()
+        text = text.replace("interval = 60", "interval = 1")
+        text = text.replace("exe = %s\nrate = 1e-3" % fixture("steady"), "exe = %s\nrate = 1e-4" % fixture("steady"))
+        with open(svc.conf, "w") as f:
+            f.write(text)
+        svc.proc.send_signal(signal.SIGHUP)
+        svc.wait_log(r"reloaded ")
+        svc.wait_log(r"reload: target keep, PID %d: rate 0.001 -> 0.0001; its worker is restarted" % q.pid)
+        # the idle process's worker, not restarted, writes a pair every second now
+        time.sleep(3.5)
+        d, names = files_of(svc.out, "idle", p.pid)
+        heaps = [n for n in names if n.startswith("heap-") and "final" not in n]
+        assert len(heaps) >= 2, names
+        assert "reload: target idle" not in svc.text(), svc.text()[-2000:]
+        # the steady process: a new worker, at the new rate, in a directory of its own
+        end = time.time() + 30
+        while time.time() < end:
+            now = [x for x in workers_of(q.pid) if x["state"] == "recording"]
+            if now:
+                break
+            time.sleep(0.1)
+        assert now and now[0]["worker_pid"] != old_worker and now[0]["rate"] == 1e-4, workers_of(q.pid)
+        assert any(x["state"] == "detached" for x in workers_of(q.pid)), workers_of(q.pid)
+        dirs = [x for x in os.listdir(os.path.join(svc.out, "keep")) if x.startswith("%d-" % q.pid)]
+        assert len(dirs) == 2, dirs
+        assert svc.stop() == 0
+    finally:
+        svc.stop()
+        for x in (p, q):
+            if x.poll() is None:
+                x.kill()
+                x.wait()
+
+
 def test_serve_bad_configuration_is_refused_with_the_place_named():
     d = chtest.tmpdir()
     cases = [

@@ -447,6 +447,7 @@ static bool run_start(struct run *r)
 	in->px = r->px;
 	in->budget_sps = o->budget_sps;
 	in->shift_since = in->win_start = now_s();
+	in->interval_s = o->interval_s;
 	in->next_periodic = now_s() + o->interval_s;
 	record_window_check(in);
 	if (o->serve)

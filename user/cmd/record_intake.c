@@ -391,6 +391,10 @@ static void serve_command(struct intake *in)
 			in->shift_since = now_s();
 			in->shift = 0;
 		}
+	} else if (!strcmp(c.verb, "interval")) {
+		/* a reload's new interval: the next pair comes that long after the last */
+		in->next_periodic += c.value - in->interval_s;
+		in->interval_s = c.value;
 	} else if (!strcmp(c.verb, "snap")) {
 		ret = write_snapshot(in, c.what, c.path, NULL);
 		if (ret < 0)
@@ -501,9 +505,9 @@ static void worker_tick(struct intake *in)
 		serve_stats(in);
 		in->next_stats = now + 1.0;
 	}
-	if (in->o->interval_s > 0 && now >= in->next_periodic) {
+	if (in->interval_s > 0 && now >= in->next_periodic) {
 		record_write_periodic(in, "", NULL);
-		in->next_periodic = now + in->o->interval_s;
+		in->next_periodic = now + in->interval_s;
 	}
 }
 

@@ -67,6 +67,7 @@ struct intake {
 	int calm_windows;
 	char budget_text[1024];
 	/* serve worker */
+	double interval_s;         /* between periodic pairs: --interval, then the service's `interval` command */
 	double next_periodic, next_stats;
 	struct recording *trace;   /* an on-demand recording (`trace` command), or NULL */
 	uint64_t trace_id;

@@ -24,6 +24,7 @@
 #include <glib.h>
 #include <systemd/sd-daemon.h>
 
+#include "camlheap.h"
 #include "cmd/serve_internal.h"
 #include "discover.skel.h"
 
@@ -146,13 +147,42 @@ static void remove_stale_tmpdirs(const char *parent)
 	closedir(d);
 }
 
+/* What a reload changed for worker w of target t that a running worker
+ * cannot take (its command line: rate, malloc, executor, max-depth,
+ * output), in words into buf.  Returns whether anything did. */
+static bool reload_changes(const struct worker *w, const struct serve_target *t, char *buf, size_t len)
+{
+	const char *ex = t->executor ? t->executor : "auto";
+	unsigned depth = t->max_depth ? t->max_depth : CH_DEFAULT_FRAMES;
+	size_t n = 0;
+
+	buf[0] = 0;
+#define SAY(...) (n += (size_t)snprintf(buf + n, n < len ? len - n : 0, __VA_ARGS__))
+	if (t->rate != w->rate_asked)
+		SAY("%srate %g -> %g", n ? ", " : "", w->rate_asked, t->rate);
+	if (t->malloc != w->malloc_asked)
+		SAY("%smalloc %s -> %s", n ? ", " : "", w->malloc_asked ? "true" : "false", t->malloc ? "true" : "false");
+	if (strcmp(ex, w->executor_asked))
+		SAY("%sexecutor %s -> %s", n ? ", " : "", w->executor_asked, ex);
+	if (depth != w->depth_asked)
+		SAY("%smax-depth %u -> %u", n ? ", " : "", w->depth_asked, depth);
+	if (g_strcmp0(S.cfg.output, w->output_asked))
+		SAY("%soutput %s -> %s", n ? ", " : "", w->output_asked, S.cfg.output);
+#undef SAY
+	return n > 0;
+}
+
 /* SIGHUP: the new configuration, or the old one if the file is bad.
  * Workers whose process no longer matches its (renamed or changed) target
- * are stopped; processes of new targets are looked for. */
+ * are stopped; those whose rate, malloc, executor, max-depth or output
+ * changed are restarted (reload_changes); the others get the new interval
+ * (the budgets follow in rebalance_budgets, keep and keep-bytes in the
+ * next retention pass); processes of new targets are looked for.  listen
+ * and socket are kept, with a warning. */
 static void reload(void)
 {
 	struct serve_config nc;
-	char err[2048];
+	char err[2048], what[1024];
 
 	sd_notify(0, "RELOADING=1");
 	if (serve_config_load(S.config_path, &nc, err, sizeof(err)) < 0) {
@@ -192,6 +222,17 @@ static void reload(void)
 			     w->target);
 			w->detached = true;
 			kill(w->wpid, SIGTERM);
+		} else if (reload_changes(w, t, what, sizeof(what))) {
+			slog(LOG_INFO, "reload: target %s, PID %d: %s; its worker is restarted, as a worker's rate, "
+				       "probes, executor, stack depth and output directory are set when it attaches "
+				       "(its files so far end with a -final pair in %s)",
+			     w->target, w->pid, what, w->dir);
+			w->detached = true;
+			w->restart = true;
+			kill(w->wpid, SIGTERM);
+		} else if (S.cfg.interval_s != w->interval_sent) {
+			send_msg(w, "interval %.17g", S.cfg.interval_s);
+			w->interval_sent = S.cfg.interval_s;
 		}
 	}
 	scan_proc();
@@ -439,6 +480,7 @@ static void teardown(int sigfd)
 		if (w->errfd >= 0)
 			close(w->errfd);
 		g_free(w->target);
+		g_free(w->output_asked);
 		free(w);
 	}
 	pthread_mutex_unlock(&S.lk);

@@ -97,10 +97,10 @@ int serve_sendf(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* Worker side (record.c): parse one service command.  Returns 0 and fills
  * the fields, or -EINVAL. */
 struct serve_cmd {
-	char verb[16];     /* "snap", "trace", "budget" */
+	char verb[16];     /* "snap", "trace", "budget", "interval" */
 	uint64_t id;
 	char what[16];     /* snap: heap, allocs or census */
-	double value;      /* trace: seconds; budget: samples per second */
+	double value;      /* trace: seconds; budget: samples per second; interval: seconds */
 	char path[4096];
 };
 int serve_parse_cmd(const char *msg, size_t len, struct serve_cmd *c);

@@ -482,10 +482,12 @@ int serve_parse_cmd(const char *msg, size_t len, struct serve_cmd *c)
 	*sp = 0;
 	strcpy(c->verb, buf);
 	p = sp + 1;
-	if (!strcmp(c->verb, "budget")) {
+	if (!strcmp(c->verb, "budget") || !strcmp(c->verb, "interval")) {
 		char *end;
 
 		c->value = strtod(p, &end);
+		if (!strcmp(c->verb, "interval"))
+			return end != p && !*end && c->value > 0 ? 0 : -EINVAL;
 		return end != p && !*end && c->value >= 0 ? 0 : -EINVAL;
 	}
 	if (strcmp(c->verb, "snap") && strcmp(c->verb, "trace"))

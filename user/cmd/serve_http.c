@@ -312,6 +312,8 @@ static GString *targets_json(void)
 			json_builder_begin_object(b);
 			json_member_int(b, "pid", w->pid);
 			json_member_str(b, "state", wstate_names[w->state]);
+			if (w->wpid > 0)
+				json_member_int(b, "worker_pid", w->wpid);
 			json_member_str(b, "ocaml_version", w->version[0] ? w->version : NULL);
 			json_member_str(b, "executor", w->executor[0] ? w->executor : NULL);
 			json_member_double(b, "followed_since_unix", w->started);

@@ -49,6 +49,15 @@ struct worker {
 	bool reexec;            /* the process exec'd again while followed: look at it once the worker ends */
 	bool detached;          /* stopped by a reload (no longer a process of its target) */
 	double budget_sent;     /* -1: none sent */
+	/* what the worker was started with (its command line): a reload that
+	 * changes one restarts it (serve.c reload) */
+	double rate_asked;
+	bool malloc_asked;
+	char executor_asked[16];
+	unsigned depth_asked;
+	char *output_asked;
+	double interval_sent;
+	bool restart;           /* stopped by a reload to start again with the new settings */
 	/* figures from the last two "stats" messages */
 	uint64_t samples, weighted, events, dropped, stops, bpf_ns, trap_ns, exec_ns, cpu_ns, live, rss_kib, heap_words;
 	unsigned shift;

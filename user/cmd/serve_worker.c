@@ -110,6 +110,9 @@ void start_worker(const struct serve_target *t, pid_t pid)
 	gmtime_r(&now, &tm);
 	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
 	snprintf(dir, sizeof(dir), "%s/%s/%d-%s", S.cfg.output, t->name, pid, stamp);
+	/* a worker restarted by a reload within the second gets a directory of its own */
+	for (int k = 2; access(dir, F_OK) == 0 && k < 100; k++)
+		snprintf(dir, sizeof(dir), "%s/%s/%d-%s-%d", S.cfg.output, t->name, pid, stamp, k);
 	if ((ret = mkdir_p(dir, 0750)) < 0) {
 		slog(LOG_ERR, "target %s: PID %d not followed: cannot create %s: %s", t->name, pid, dir, strerror(-ret));
 		return;
@@ -197,6 +200,12 @@ void start_worker(const struct serve_target *t, pid_t pid)
 	w->state = W_ATTACHING;
 	w->lambda = t->rate;
 	w->budget_sent = b;
+	w->rate_asked = t->rate;
+	w->malloc_asked = t->malloc;
+	snprintf(w->executor_asked, sizeof(w->executor_asked), "%s", t->executor ? t->executor : "auto");
+	w->depth_asked = t->max_depth ? t->max_depth : CH_DEFAULT_FRAMES;
+	w->output_asked = g_strdup(S.cfg.output);
+	w->interval_sent = S.cfg.interval_s;
 	w->started = now_real();
 	snprintf(w->dir, sizeof(w->dir), "%s", dir);
 	pthread_mutex_lock(&S.lk);
@@ -359,6 +368,7 @@ static void prune_workers(void)
 			if (!used) {
 				*pp = w->next;
 				g_free(w->target);
+				g_free(w->output_asked);
 				free(w);
 				continue;
 			}
@@ -428,8 +438,8 @@ void reap_workers(void)
 			     w->target, w->pid,
 			     w->state == W_FAILED ? "failed" : w->state == W_MISSED ? "it ended before the attach" : "done",
 			     w->message[0] ? ": " : "", w->message);
-			if (w->reexec && !S.stopping) {
-				w->reexec = false;
+			if ((w->reexec || w->restart) && !S.stopping) {
+				w->reexec = w->restart = false;
 				consider(w->pid);
 			}
 			break;
