@@ -5,10 +5,12 @@ against the project's own proto/profile.proto (written from the format's
 published description), and checked for what the viewers rely on.
 """
 import gzip
+import math
 import os
 import re
 import statistics
 import subprocess
+import time
 
 import chtest
 from chtest import fixture, record_launch
@@ -50,6 +52,11 @@ def parse_text_proto(text):
     return message()
 
 
+# with the census; without it only the first two
+PPROF_TYPES = [("alloc_objects", "count"), ("alloc_space", "bytes"), ("inuse_objects", "count"),
+               ("inuse_space", "bytes"), ("unreclaimed_objects", "count"), ("unreclaimed_space", "bytes")]
+
+
 def decode_pprof(path):
     raw = gzip.open(path).read()
     p = subprocess.run(["protoc", "--decode", "perftools.profiles.Profile", "--proto_path", PROTO_DIR,
@@ -71,8 +78,7 @@ def test_pprof_decodes_and_matches_the_text_report():
     s = lambda i: strings[i] if i < len(strings) else None  # noqa: E731
     assert strings[0] == "", strings[:3]
     types = [(s(t.get("type", [0])[0]), s(t.get("unit", [0])[0])) for t in prof["sample_type"]]
-    assert types == [("alloc_objects", "count"), ("alloc_space", "bytes"), ("inuse_objects", "count"),
-                     ("inuse_space", "bytes")], types
+    assert types == PPROF_TYPES, types
     pt = prof["period_type"][0]
     assert (s(pt["type"][0]), s(pt["unit"][0])) == ("space", "bytes")
     assert prof["period"][0] == round(8 / rate)
@@ -91,8 +97,9 @@ def test_pprof_decodes_and_matches_the_text_report():
     total_alloc = total_inuse = 0
     for smp in prof["sample"]:
         v = smp["value"]
-        assert len(v) == 4 and all(x >= 0 for x in v), v
-        assert (v[1] == 0 or v[0] >= 1) and (v[3] == 0 or v[2] >= 1), v  # no 0 count with bytes
+        assert len(v) == 6 and all(x >= 0 for x in v), v
+        assert all(v[i + 1] == 0 or v[i] >= 1 for i in (0, 2, 4)), v  # no 0 count with bytes
+        assert v[3] <= v[5] <= v[1] + 8, v  # in use as of the last cycle <= not yet seen dead <= allocated
         for lid in smp.get("location_id", []):
             assert lid in locs
         total_alloc += v[1]
@@ -265,3 +272,75 @@ def test_diff_checks_its_input_and_counts_absent_sites_as_not_live():
     text, flagged = _diff(good, other, alpha=0.01)  # diff's default: the removed sites are flagged
     rows = [l for l in text.splitlines() if "Leak.leak_one" in l]
     assert rows and all(" 0 B " in r and "SIGNIFICANT" in r for r in rows), rows
+
+
+def _pprof_by_leak_site(prof):
+    """{site: [values summed]} keyed by the fixture's SITE name of each
+    sample's innermost Leak frame (tests/fixtures/leak.ml)."""
+    strings = prof["string_table"]
+    funcs = {f["id"][0]: strings[f["name"][0]] for f in prof["function"]}
+    locs = {l["id"][0]: l for l in prof["location"]}
+    by_line = {}
+    for site in ("leak", "leak_cell", "churn_young", "churn_promoted", "churn_major", "cache", "cache_cell"):
+        for ln in chtest.site_lines("Leak." + site):
+            by_line[ln] = site
+    out = {}
+    for smp in prof["sample"]:
+        site = None
+        for lid in smp.get("location_id", []):
+            for line in locs[lid]["line"]:
+                if funcs[line["function_id"][0]].startswith("Leak.") and site is None:
+                    site = by_line.get(line.get("line", [0])[0], "other")
+            if site:
+                break
+        acc = out.setdefault(site or "other", [0] * len(smp["value"]))
+        for i, x in enumerate(smp["value"]):
+            acc[i] += x
+    return out
+
+
+def test_pprof_inuse_is_as_of_the_last_completed_major_cycle():
+    """issue 24 item 1: inuse_* has Go's meaning ("as of the most recently
+    completed garbage collection"); the figure camlheap used to call in-use
+    (every block not yet seen dead, garbage not yet collected included) is
+    unreclaimed_*.  Attached to the leak fixture mid-run (4 s, a dozen
+    rounds): its churn sites keep their blocks in rings (churn_promoted
+    10 000 pairs of 3 words, churn_major 64 arrays of 301 words), so what
+    they hold in use at a completed cycle is at most the rings' 49 264
+    words, while each round makes 60 000 + 40 936 words of them garbage
+    that only the next cycle finds.  inuse_space must stay within the
+    binomial bound of the rings' capacity (seen: 1.05x it; unreclaimed,
+    the old inuse: 3.7x); the leak keeps every block sampled since the
+    attach but the last round or two's."""
+    rate = 3e-3
+    fx = subprocess.Popen([fixture("leak"), "forever"], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        pb = os.path.join(chtest.tmpdir(), "attached.pb.gz")
+        p = subprocess.run([chtest.CAMLHEAP, "record", "-p", str(fx.pid), "--rate", repr(rate), "--duration", "4",
+                            "--format", "pprof", "-o", pb], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert fx.poll() is None, "the target must run on"
+    finally:
+        fx.kill()
+        fx.wait()
+    prof = decode_pprof(pb)
+    strings = prof["string_table"]
+    assert [(strings[t["type"][0]], strings[t["unit"][0]]) for t in prof["sample_type"]] == PPROF_TYPES
+    for smp in prof["sample"]:
+        v = smp["value"]
+        assert v[3] <= v[5] and v[2] <= v[4] + 1, v  # a subset of the blocks not yet seen dead
+    by = _pprof_by_leak_site(prof)
+    get = lambda site, i: by.get(site, [0] * 6)[i]  # noqa: E731
+    assert get("churn_young", 3) == 0 and get("churn_young", 1) > 0, by  # never leaves the minor heap alive
+    ring_words = 10_000 * 3 + 64 * 301
+    churn_in = get("churn_promoted", 3) + get("churn_major", 3)
+    churn_un = get("churn_promoted", 5) + get("churn_major", 5)
+    assert churn_un > 0, by
+    # samples = bytes * rate / 8; at most binomial(ring_words, rate)
+    bound = rate * ring_words + chtest.Z * math.sqrt(ring_words * rate)
+    assert churn_in * rate / 8 <= bound, ("churn in use", churn_in * rate / 8, "samples, bound", bound, by)
+    leak_in = get("leak", 3) + get("leak_cell", 3)
+    leak_un = get("leak", 5) + get("leak_cell", 5)
+    assert leak_un > 0 and leak_in >= 0.5 * leak_un, (leak_in, leak_un, by)

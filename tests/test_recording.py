@@ -131,7 +131,7 @@ def test_report_formats_agree():
     prof = test_outputs.decode_pprof(pb)
     strings = prof["string_table"]
     assert [strings[t["type"][0]] for t in prof["sample_type"]] == \
-        ["alloc_objects", "alloc_space", "inuse_objects", "inuse_space"]
+        [t for t, _ in test_outputs.PPROF_TYPES]
     assert abs(sum(s["value"][1] for s in prof["sample"]) - total_b) <= len(prof["sample"])
     assert len(prof["mapping"]) == 1 and strings[prof["mapping"][0]["build_id"][0]]
     fids = {f["id"][0] for f in prof["function"]}

@@ -28,7 +28,7 @@ import time
 
 import chtest
 from chtest import CAMLHEAP, Z, fixture
-from test_outputs import decode_pprof
+from test_outputs import PPROF_TYPES, decode_pprof
 
 PORT_BASE = 17061
 
@@ -257,8 +257,7 @@ def test_serve_http_endpoints_pprof_metrics_targets_memtrace_status():
                 prof = decode_pprof(path)
                 s = prof["string_table"]
                 types = [(s[t["type"][0]], s[t["unit"][0]]) for t in prof["sample_type"]]
-                assert types == [("alloc_objects", "count"), ("alloc_space", "bytes"), ("inuse_objects", "count"),
-                                 ("inuse_space", "bytes")], types
+                assert types == PPROF_TYPES, types
                 assert s[prof["default_sample_type"][0]] == default
                 assert prof["period"][0] == round(8 / 1e-3)
                 assert s[prof["mapping"][0]["filename"][0]].endswith("/idle")

@@ -15,7 +15,59 @@
 #include "output/report_names.h"
 
 #define MAX_INLINE 16
+#define PPROF_TYPES 6 /* alloc_objects, alloc_space, inuse_objects, inuse_space, unreclaimed_objects, unreclaimed_space */
 
+
+/* A site's in-use figure as of the last completed major cycle
+ * (settled_by_site). */
+struct settled {
+	uint64_t samples;
+	double est_objects;
+};
+
+/* In-use as Go's heap profile means it: "as of the most recently
+ * completed garbage collection" (Go runtime/pprof, WriteHeapProfile and
+ * the heap profile's description), which counts the allocations made
+ * before that collection began and not freed by it.  Here: the sampled
+ * blocks still alive that entered the major heap (allocation, or
+ * promotion of a minor block) before the last completed major cycle
+ * started, i.e. at least two clean phases before the last one seen
+ * (entry + 2 <= clean_phases): a block entering the major heap after
+ * clean phase N-1 may have been coloured black by cycle N's marking
+ * (4.14 runtime/memory.c caml_alloc_shr_aux: black during Phase_mark and
+ * Phase_clean, and ahead of the sweep pointer; 5.x runtime/shared_heap.c
+ * allocates with the cycle's MARKED colour while marking), which then
+ * could not judge it.  Blocks a completed cycle found dead are gone from
+ * p->blocks; minor blocks still young are left out (not yet judged by
+ * any cycle).  --malloc blocks have no collector: in use until freed.  Returns site pointer -> struct settled (owned), or NULL
+ * when out of memory. */
+static GHashTable *settled_by_site(const struct profile *p)
+{
+	GHashTable *t = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
+	GHashTableIter it;
+	gpointer k, v;
+
+	if (!t || !p->blocks)
+		return t;
+	g_hash_table_iter_init(&it, p->blocks);
+	while (g_hash_table_iter_next(&it, &k, &v)) {
+		const struct profile_block *b = v;
+		uint64_t entry = (uint64_t)b->birth_cycle + b->promo_cycles;
+		struct settled *st;
+
+		if (b->state == PROFILE_BLOCK_YOUNG ||
+		    (b->site->kind != CH_KIND_MALLOC && entry + 2 > p->clean_phases))
+			continue;
+		st = g_hash_table_lookup(t, b->site);
+		if (!st) {
+			st = g_new0(struct settled, 1);
+			g_hash_table_insert(t, b->site, st);
+		}
+		st->samples += b->nsamples;
+		st->est_objects += b->est_objects;
+	}
+	return t;
+}
 
 struct builder {
 	GHashTable *strings;   /* string -> index + 1 */
@@ -288,14 +340,14 @@ static int pprof_mappings(struct builder *b, Perftools__Profiles__Profile *prof,
  * bigarray data, OCaml stack, domain).  Memory owned by `b`; NULL when out
  * of memory. */
 static Perftools__Profiles__Sample *pprof_sample(struct builder *b, const struct profile *p,
-						 const struct profile_site *s, size_t n_value)
+						 const struct profile_site *s, const struct settled *st, size_t n_value)
 {
 	Perftools__Profiles__Sample *smp = own(b, calloc(1, sizeof(*smp)));
 	Perftools__Profiles__Label *kind = own(b, calloc(1, sizeof(*kind)));
 	Perftools__Profiles__Label *dom = own(b, calloc(1, sizeof(*dom)));
 	Perftools__Profiles__Label *sub = own(b, calloc(1, sizeof(*sub)));
 	Perftools__Profiles__Label **labels = own(b, calloc(3, sizeof(*labels)));
-	int64_t *v = own(b, calloc(4, sizeof(*v)));
+	int64_t *v = own(b, calloc(PPROF_TYPES, sizeof(*v)));
 	uint32_t nf = s->stack ? s->stack->nframes : 0;
 	bool cut = s->stack && s->stack->term != CH_TERM_CLEAN;
 	uint64_t *ids = own(b, calloc(nf + 1, sizeof(*ids)));
@@ -316,8 +368,10 @@ static Perftools__Profiles__Sample *pprof_sample(struct builder *b, const struct
 	smp->location_id = ids;
 	v[1] = llround(profile_estimate_words(p, s->samples) * 8.0);
 	v[0] = objects(s->est_objects, v[1]);
-	v[3] = llround(profile_estimate_words(p, s->live_samples) * 8.0);
-	v[2] = objects(s->live_est_objects, v[3]);
+	v[3] = st ? llround(profile_estimate_words(p, st->samples) * 8.0) : 0;
+	v[2] = st ? objects(st->est_objects, v[3]) : 0;
+	v[5] = llround(profile_estimate_words(p, s->live_samples) * 8.0);
+	v[4] = objects(s->live_est_objects, v[5]);
 	smp->value = v;
 	smp->n_value = n_value;
 	perftools__profiles__label__init(kind);
@@ -362,12 +416,14 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		.mods = mods,
 	};
 	Perftools__Profiles__Profile prof = PERFTOOLS__PROFILES__PROFILE__INIT;
-	static const char *const types[4][2] = {
+	static const char *const types[PPROF_TYPES][2] = {
 		{ "alloc_objects", "count" }, { "alloc_space", "bytes" },
 		{ "inuse_objects", "count" }, { "inuse_space", "bytes" },
+		{ "unreclaimed_objects", "count" }, { "unreclaimed_space", "bytes" },
 	};
-	Perftools__Profiles__ValueType vt[4], period_type = PERFTOOLS__PROFILES__VALUE_TYPE__INIT;
-	Perftools__Profiles__ValueType *vtp[4];
+	Perftools__Profiles__ValueType vt[PPROF_TYPES], period_type = PERFTOOLS__PROFILES__VALUE_TYPE__INIT;
+	Perftools__Profiles__ValueType *vtp[PPROF_TYPES];
+	GHashTable *settled = m->census ? settled_by_site(p) : NULL;
 	const struct profile_site **sites = NULL;
 	size_t nsites = profile_sites_sorted(p, &sites);
 	Perftools__Profiles__Sample **samples = calloc(nsites ? nsites : 1, sizeof(*samples));
@@ -378,18 +434,18 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 	int ret = 0;
 
 	str_ix(&b, ""); /* string_table[0] = "" */
-	if (!samples || !maps) {
+	if (!samples || !maps || (m->census && !settled)) {
 		ret = -ENOMEM;
 		goto out;
 	}
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < PPROF_TYPES; i++) {
 		perftools__profiles__value_type__init(&vt[i]);
 		vt[i].type = str_ix(&b, types[i][0]);
 		vt[i].unit = str_ix(&b, types[i][1]);
 		vtp[i] = &vt[i];
 	}
 	prof.sample_type = vtp;
-	prof.n_sample_type = m->census ? 4 : 2; /* without the census there is no in-use figure */
+	prof.n_sample_type = m->census ? PPROF_TYPES : 2; /* without the census there is no in-use figure */
 	period_type.type = str_ix(&b, "space");
 	period_type.unit = str_ix(&b, "bytes");
 	prof.period_type = &period_type;
@@ -408,7 +464,9 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 		goto out;
 
 	for (size_t i = 0; i < nsites; i++) {
-		Perftools__Profiles__Sample *smp = pprof_sample(&b, p, sites[i], prof.n_sample_type);
+		Perftools__Profiles__Sample *smp = pprof_sample(&b, p, sites[i],
+								settled ? g_hash_table_lookup(settled, sites[i]) : NULL,
+								prof.n_sample_type);
 
 		if (!smp) {
 			ret = -ENOMEM;
@@ -435,6 +493,8 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 	if (!ret && (fflush(out) || ferror(out)))
 		ret = -(errno ? errno : EIO);
 out:
+	if (settled)
+		g_hash_table_destroy(settled);
 	free(buf);
 	free(samples);
 	free(maps);

@@ -313,6 +313,9 @@ int profile_add_fate(struct profile *p, const struct ch_fate_event *f, size_t si
 	switch (f->kind) {
 	case CH_FATE_PROMOTE:
 		if (b->state == PROFILE_BLOCK_YOUNG) {
+			uint32_t d = p->clean_phases > b->birth_cycle ? p->clean_phases - b->birth_cycle : 0;
+
+			b->promo_cycles = d > 255 ? 255 : (uint8_t)d;
 			b->state = PROFILE_BLOCK_MAJOR;
 			b->site->promoted_blocks++;
 			p->promoted_blocks++;

@@ -70,6 +70,8 @@ struct profile_block {
 	uint8_t state;             /* enum profile_block_state */
 	bool uncounted;            /* memory counted elsewhere (a bigarray view, a mapped file): left out of
 				    * the profile's live totals (its site still shows it) */
+	uint8_t promo_cycles;      /* clean phases between its allocation and its promotion (capped at 255):
+				    * it entered the major heap at clean phase birth_cycle + promo_cycles */
 };
 
 enum profile_block_state {
