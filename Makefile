@@ -19,7 +19,7 @@ DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-
             ocaml-nox python3 python3-pyelftools procps util-linux strace \
             protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libjson-glib-dev \
             libclang-rt-14-dev libdevel-nytprof-perl chromium libxml2-utils gdb \
-            libmicrohttpd-dev libsystemd-dev libcurl4-openssl-dev curl systemd python3-prometheus-client help2man \
+            libmicrohttpd-dev libsystemd-dev libcurl4-openssl-dev curl systemd python3-prometheus-client prometheus help2man \
             libncurses-dev tmux golang-go menhir ocaml-source
 
 CFLAGS   ?= -O2 -g

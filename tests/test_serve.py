@@ -6,6 +6,7 @@ configuration naming fixture binaries.
   files rotate at `keep`;
 - the HTTP endpoint fetched with curl: pprof profiles validated as in
   test_outputs, /metrics parsed as Prometheus text (python3-prometheus-client),
+  then scraped by Debian's real Prometheus and fetched over HTTP by `go tool pprof`,
   /targets, a memtrace recording, the Unix socket and `camlheap status`;
 - the overhead budget: achieved sample rate within the budget, estimated
   words within the sampling bound of the fixture's own count;
@@ -943,4 +944,65 @@ def test_serve_follows_fork_children_not_fork_exec_ones():
             except OSError:
                 pass
         for p in ps:
+            p.wait()
+
+
+def test_serve_scraped_by_a_real_prometheus_and_go_pprof_over_http():
+    """Issue 24: what the endpoints promise, checked with the clients that
+    read them in production, over HTTP on loopback: Debian's Prometheus
+    2.42 scrapes /metrics (its own parser is stricter than the Python
+    client's: a bad line fails the whole scrape, up = 0), and its query API
+    then gives this process's samples counter; `go tool pprof` fetches
+    /debug/pprof/heap itself (as Pyroscope's and Parca's scrapers do) and
+    prints the fixture's allocation site with inuse_space, its default."""
+    port, prom_port = PORT_BASE + 13, PORT_BASE + 14
+    svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, port, interval=60)
+    p, _ = start_idle(n=30)
+    prom = None
+    try:
+        svc.wait_state(p.pid, "recording")
+        pdir = chtest.tmpdir()
+        with open(os.path.join(pdir, "prometheus.yml"), "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                    "scrape_configs:\n  - job_name: camlheap\n    static_configs:\n"
+                    "      - targets: ['127.0.0.1:%d']\n" % port)
+        plog = open(os.path.join(pdir, "prometheus.log"), "w")
+        prom = subprocess.Popen(["prometheus", "--config.file", os.path.join(pdir, "prometheus.yml"),
+                                 "--storage.tsdb.path", os.path.join(pdir, "data"),
+                                 "--web.listen-address", "127.0.0.1:%d" % prom_port], stdout=plog, stderr=plog)
+
+        def query(expr):
+            code, body = curl("http://127.0.0.1:%d/api/v1/query?query=%s" % (prom_port, expr), timeout=5)
+            if code != 200:
+                return []
+            return json.loads(body)["data"]["result"]
+
+        deadline = time.time() + 60
+        up = samples = []
+        while time.time() < deadline:
+            up = query("up")
+            samples = query("camlheap_samples_total")
+            if up and samples:
+                break
+            time.sleep(0.5)
+        assert up and up[0]["value"][1] == "1", (up, open(os.path.join(pdir, "prometheus.log")).read()[-2000:])
+        mine = [s for s in samples if s["metric"].get("pid") == str(p.pid)]
+        assert mine and float(mine[0]["value"][1]) > 0, samples
+        assert mine[0]["metric"].get("target") == "idle", mine
+        # go tool pprof over HTTP: the heap endpoint's default sample type
+        g = subprocess.run(["go", "tool", "pprof", "-top", "-timeout", "30",
+                            svc.url("/debug/pprof/heap?target=idle")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120,
+                           env=dict(os.environ, PPROF_TMPDIR=pdir, HOME=pdir))
+        out = g.stdout.decode()
+        assert g.returncode == 0 and "Idle.idle_site" in out and "inuse_space" in out, \
+            (out[-1500:], g.stderr.decode()[-1500:])
+        assert svc.stop() == 0
+    finally:
+        if prom:
+            prom.terminate()
+            prom.wait()
+        svc.stop()
+        if p.poll() is None:
+            p.kill()
             p.wait()
