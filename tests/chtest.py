@@ -426,3 +426,42 @@ def kill9_runs(name, args, ref, rate, runs, extra=(), attach_every=3, max_delay=
         got = w.finish()
         assert got == ref, "run %d: target changed: %r" % (i, got[:2])
     return running_at_kill
+
+
+def worker_memory(pid):
+    """Memory a camlheap process costs the host beyond what it shares, in
+    bytes: {"private": its and its link holder's (the process with the same
+    command line, user/collect/sampler_holder.c) private resident
+    pages (smaps_rollup Private_Clean + Private_Dirty; the ring buffer's
+    mapping is the kernel's, counted below), "bpf": the kernel memory of
+    the BPF maps they hold (fdinfo memlock, each map once), "total"}."""
+    try:
+        cmd = open("/proc/%d/cmdline" % pid, "rb").read()
+    except OSError:
+        return None
+    pids = [pid]
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != pid:
+            try:
+                if open("/proc/%s/cmdline" % d, "rb").read() == cmd:
+                    pids.append(int(d))
+            except OSError:
+                pass
+    private = 0
+    maps = {}
+    for p in pids:
+        try:
+            for line in open("/proc/%d/smaps_rollup" % p):
+                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    private += int(line.split()[1]) * 1024
+            for fd in os.listdir("/proc/%d/fd" % p):
+                try:
+                    if os.readlink("/proc/%d/fd/%s" % (p, fd)) != "anon_inode:bpf-map":
+                        continue
+                    info = dict(l.split(":", 1) for l in open("/proc/%d/fdinfo/%s" % (p, fd)) if ":" in l)
+                    maps[int(info["map_id"])] = int(info["memlock"])
+                except (OSError, KeyError, ValueError):
+                    pass
+        except OSError:
+            pass
+    return {"private": private, "bpf": sum(maps.values()), "total": private + sum(maps.values())}

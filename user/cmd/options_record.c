@@ -85,8 +85,9 @@ static const struct argp_option record_options[] = {
 	  "label); a recording keeps the domain of every sample either way",
 	  0 },
 	{ "max-tracked", OPT_MAX_TRACKED, "N", 0,
-	  "Sampled blocks followed in the major heap at once (default 262144; 48 bytes of kernel memory "
-	  "each, allocated up front); beyond it blocks are counted live and no longer followed",
+	  "Sampled blocks followed in the major heap at once (default: those of a 16 GiB heap at the rate, "
+	  "16384 to 262144, 32768 at 1e-5; 48 bytes of kernel memory each, allocated up front); beyond it "
+	  "blocks are counted live and no longer followed",
 	  0 },
 	{ "malloc", OPT_MALLOC, NULL, 0,
 	  "Also sample the program's own libc malloc/calloc/realloc/posix_memalign/aligned_alloc/memalign and "
@@ -130,7 +131,7 @@ static const struct argp_option census_options[] = {
 	{ "by", OPT_BY, "WHAT", 0, "As for record: point (default) or stack", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
 	{ "executor", OPT_EXECUTOR, "WHICH", 0, "As for record: auto, register, kernel, ptrace or observe", 0 },
-	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default 262144)", 0 },
+	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default from the rate, 16384 to 262144)", 0 },
 	{ "malloc", OPT_MALLOC, NULL, 0, "As for record: count the program's own malloc and anonymous mmap too", 0 },
 	{ "quiet", 'q', NULL, 0, "Say nothing on stderr but errors", 0 },
 	{ 0 }
@@ -375,7 +376,7 @@ static const struct argp_option top_options[] = {
 	{ "rate", 'r', "LAMBDA", 0, "Samples per allocated word, 0 < LAMBDA <= 1 (default 1e-5)", 0 },
 	{ "executor", OPT_EXECUTOR, "WHICH", 0, "As for record: auto, register, kernel, ptrace or observe", 0 },
 	{ "max-depth", OPT_MAX_DEPTH, "FRAMES", 0, "Stack walk depth, 1..2048 (default 1024)", 0 },
-	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default 262144)", 0 },
+	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default from the rate, 16384 to 262144)", 0 },
 	{ "no-census", OPT_NO_CENSUS, NULL, 0, "Do not follow sampled blocks (no LIVE, TREND, AGE)", 0 },
 	{ "malloc", OPT_MALLOC, NULL, 0, "As for record: the program's own malloc and anonymous mmap too", 0 },
 	{ "budget", OPT_BUDGET, "SAMPLES_PER_S", 0, "As for record: keep at most this many samples per second", 0 },

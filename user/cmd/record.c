@@ -43,6 +43,7 @@
 #include "cmd/serve.h"
 
 #define RINGBUF_BYTES (16u << 20)
+#define RINGBUF_BYTES_SERVE (4u << 20) /* a worker's events are thinned to its budget */
 
 
 /* BPF programs and uprobes need CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN);
@@ -689,9 +690,9 @@ static int run_fail(struct run *r)
 	return 2;
 }
 
-/* The ring buffer's size: RINGBUF_BYTES, or a test knob's (a small ring
- * makes the overflow paths run). */
-static uint32_t ringbuf_bytes(void)
+/* The ring buffer's size: RINGBUF_BYTES (a service worker's smaller), or a
+ * test knob's (a small ring makes the overflow paths run). */
+static uint32_t ringbuf_bytes(bool serve)
 {
 	const char *rb_env = getenv("CAMLHEAP_RINGBUF_BYTES");
 
@@ -701,7 +702,7 @@ static uint32_t ringbuf_bytes(void)
 		if (v >= 4096 && v <= (1ul << 30) && !(v & (v - 1)))
 			return (uint32_t)v;
 	}
-	return RINGBUF_BYTES;
+	return serve ? RINGBUF_BYTES_SERVE : RINGBUF_BYTES;
 }
 
 bool record_quiet;
@@ -717,9 +718,10 @@ int record_run(const struct record_opts *o)
 		.t = { .pid = o->pid, .exe_fd = -1 },
 		.cfg = { .rate = o->rate,
 			 .max_frames = o->max_frames,
-			 .ringbuf_bytes = ringbuf_bytes(),
+			 .ringbuf_bytes = ringbuf_bytes(o->serve),
+			 .stacks_sent_cap = o->serve ? 16384 : 0,
 			 .census = !o->no_census,
-			 .max_tracked = o->max_tracked ? o->max_tracked : RECORD_DEFAULT_MAX_TRACKED },
+			 .max_tracked = o->max_tracked },
 		.meta = { .top = o->top, .max_frames = o->max_frames, .live = o->live },
 		.ex = CH_EXEC_OBSERVE,
 		.reason = "stopped",

@@ -43,7 +43,8 @@ struct record_opts {
 	bool by_stack;             /* --by stack: the text report ranks whole callstacks */
 	bool no_census;            /* --no-census: do not follow sampled blocks */
 	bool by_domain;            /* --by-domain: sites split by allocating domain (OCaml 5) */
-	uint32_t max_tracked;      /* --max-tracked: sampled blocks followed in the major heap at once */
+	uint32_t max_tracked;      /* --max-tracked: sampled blocks followed in the major heap at once;
+				    * 0: sampler_default_max_tracked(rate) */
 	bool census;               /* `camlheap census`: write the census report */
 	int wait_major;            /* census: stop once this many full major cycles ended after attach (0: no) */
 	bool malloc;               /* --malloc: sample libc malloc/free and anonymous mmap too */
@@ -62,9 +63,5 @@ struct record_opts {
  * success; 2 for a bad target or a set-up error (message on stderr), 1 if
  * the report could not be written. */
 int record_run(const struct record_opts *o);
-
-/* Default for --max-tracked: 256 Ki blocks (12 MiB of kernel memory): at
- * the default rate, the sampled blocks of a 200 GB live heap. */
-#define RECORD_DEFAULT_MAX_TRACKED (1u << 18)
 
 #endif

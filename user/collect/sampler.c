@@ -165,6 +165,16 @@ uint32_t sampler_young_capacity(double rate)
 	return cap > 1048576.0 ? 1048576u : (uint32_t)cap;
 }
 
+uint32_t sampler_default_max_tracked(double rate)
+{
+	double want = rate * 2147483648.0;
+	uint32_t n = 16384;
+
+	while (n < (1u << 18) && n < want)
+		n <<= 1;
+	return n;
+}
+
 int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, sampler_event_fn fn, void *ctx,
 		 struct sampler **out, char *err, size_t errlen)
 {
@@ -188,7 +198,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 		s->malloc_on = true;
 		s->mp = *cfg->malloc;
 	}
-	s->max_tracked = cfg->census ? cfg->max_tracked : 1;
+	s->max_tracked = !cfg->census ? 1 : cfg->max_tracked ? cfg->max_tracked : sampler_default_max_tracked(cfg->rate);
 	libbpf_set_print(libbpf_quiet);
 
 	s->skel = alloc_bpf__open();
@@ -211,10 +221,15 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	if (cfg->runtime)
 		sampler_size_maps(s, cfg);
 	bpf_map__set_max_entries(s->skel->maps.events, cfg->ringbuf_bytes);
-	bpf_map__set_max_entries(s->skel->maps.young_tracked, cfg->census ? sampler_young_capacity(cfg->rate) : 1);
-	bpf_map__set_max_entries(s->skel->maps.major_tracked, cfg->census ? cfg->max_tracked : 1);
-	bpf_map__set_max_entries(s->skel->maps.young5, cfg->census ? sampler_young_capacity(cfg->rate) : 1);
-	bpf_map__set_max_entries(s->skel->maps.malloc_live, cfg->census && cfg->malloc ? cfg->max_tracked : 1);
+	if (cfg->stacks_sent_cap)
+		bpf_map__set_max_entries(s->skel->maps.stacks_sent, cfg->stacks_sent_cap);
+	/* the young set of the runtime's family only (4.x young_tracked, 5.x young5) */
+	bpf_map__set_max_entries(s->skel->maps.young_tracked, cfg->census && !(cfg->runtime && cfg->runtime->major == 5)
+					? sampler_young_capacity(cfg->rate) : 1);
+	bpf_map__set_max_entries(s->skel->maps.major_tracked, s->max_tracked);
+	bpf_map__set_max_entries(s->skel->maps.young5, cfg->census && !(cfg->runtime && cfg->runtime->major != 5)
+					? sampler_young_capacity(cfg->rate) : 1);
+	bpf_map__set_max_entries(s->skel->maps.malloc_live, cfg->malloc ? s->max_tracked : 1);
 	if (cfg->runtime)
 		sampler_select_programs(s, cfg);
 	ret = check_fd_headroom(s, err, errlen);

@@ -19,11 +19,14 @@ struct sampler_config {
 	double rate;            /* lambda: samples per allocated word, 0 < rate <= 1 */
 	unsigned max_frames;    /* stack walk depth, 1..CH_MAX_FRAMES */
 	size_t ringbuf_bytes;   /* power of two >= 4096 */
+	uint32_t stacks_sent_cap; /* stack ids remembered as sent (an evicted one is sent again, its
+				   * frames through the ring once more); 0: 65536 (80 bytes each) */
 	enum ch_executor executor; /* who writes young_limit for the minor heap (observe: nobody) */
 	pid_t tracer_tgid;      /* ptrace executor: camlheap's own PID (the BPF guard checks the tracer) */
 	bool minor_from_memprof; /* observe: the program runs Gc.Memprof at `rate`; take its minor samples */
 	bool census;            /* follow sampled blocks to their death (fate events) */
-	uint32_t max_tracked;   /* census: sampled blocks followed in the major heap at once (>= 1) */
+	uint32_t max_tracked;   /* census: sampled blocks followed in the major heap at once;
+				 * 0: sampler_default_max_tracked(rate) */
 	const struct malloc_probes *malloc; /* --malloc: the libc probes to attach too (copied), or NULL */
 	const struct ocaml_runtime *runtime; /* the target's: only the programs its probes need are
 					      * loaded (NULL: all) */
@@ -36,6 +39,15 @@ struct sampler_config {
  * deviations to spare; at most 1 Mi (48 MiB).  A sample beyond it is reported as
  * not followed (CH_CNT_TRACK_FULL). */
 uint32_t sampler_young_capacity(double rate);
+
+/* Default entries of the kernel's major set (and of --malloc's live set)
+ * for `rate` (samples per word): the sampled blocks of a 16 GiB live major
+ * heap (2^31 words) at that rate, rounded up to a power of two, at least
+ * 16 Ki and at most 256 Ki (48 bytes of kernel memory an entry, allocated
+ * when the maps are loaded): 32 Ki (1.5 MiB) at the default 1e-5, 256 Ki
+ * (12 MiB) from 1.3e-4 up.  Beyond it blocks are counted live and no
+ * longer followed (the report says how many; --max-tracked sets it). */
+uint32_t sampler_default_max_tracked(double rate);
 
 /* Called for each event; `size` bytes are valid (frames only if has_frames).
  * A record whose kind is CH_FATE_* or CH_NOTE_MAJOR_CLEAN is a struct
