@@ -113,6 +113,14 @@ def files_of(out, target, pid):
     return d, sorted(os.listdir(d))
 
 
+def stop_both(svc, p):
+    """Cleanup of a test: the service, then the fixture process if it runs on."""
+    svc.stop()
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+
+
 def start_idle(n=5):
     p = subprocess.Popen([fixture("idle"), "n=%d" % n], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     t = time.time()
@@ -353,10 +361,7 @@ def test_serve_http_endpoints_pprof_metrics_targets_memtrace_status():
         decode_pprof(path)
         assert svc.stop() == 0
     finally:
-        svc.stop()
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        stop_both(svc, p)
 
 
 def test_serve_budget_holds_the_sample_rate_and_estimates_stay_unbiased():
@@ -455,10 +460,7 @@ def test_serve_max_depth_key_reaches_the_workers_stack_walk():
         assert cut > 0, locs
         assert svc.stop() == 0
     finally:
-        svc.stop()
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        stop_both(svc, p)
 
 
 def test_serve_reload_applies_interval_to_running_workers_and_restarts_those_whose_rate_changed():
