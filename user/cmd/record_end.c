@@ -1,0 +1,92 @@
+/* record_end.c -- how `record` ends (record_internal.h): a launched
+ * command waited for after the report, the report written through a
+ * temporary file, and the words and exit status for the way the target
+ * ended. */
+#define _GNU_SOURCE
+#include "cmd/record_internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "collect/sampler.h"
+#include "output/outfile.h"
+
+/* Launch mode, after the report: the command goes on and camlheap's status
+ * will be its own.  A second signal leaves it running and makes camlheap
+ * exit 128 + that signal, as a shell would.  Returns true once reaped. */
+bool record_wait_for_command(pid_t pid, int sigfd, int pidfd, int *status, int *exit_code)
+{
+	struct pollfd fds[2] = { { .fd = sigfd, .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
+
+	fprintf(stderr, "camlheap: waiting for PID %d to exit (a second signal leaves it running)\n", pid);
+	for (;;) {
+		if (waitpid(pid, status, WNOHANG) == pid)
+			return true;
+		/* without a pidfd, look again every 100 ms */
+		if (poll(fds, 2, pidfd < 0 ? 100 : -1) < 0 && errno != EINTR)
+			return false;
+		if (fds[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+
+			if (read(sigfd, &si, sizeof(si)) == sizeof(si) && *exit_code == 0)
+				*exit_code = 128 + (int)si.ssi_signo;
+			fprintf(stderr, "camlheap: PID %d left running\n", pid);
+			return false;
+		}
+	}
+}
+
+/* Render the report through a temporary file (outfile.h).  Returns 0 or
+ * -errno. */
+int record_write_report(const struct record_opts *o, const struct profile *prof, const struct report_meta *meta,
+			struct target *t)
+{
+	struct outfile out;
+	int ret;
+
+	ret = outfile_open(&out, o->output);
+	if (ret < 0)
+		return ret;
+	ret = report_render(out.f, o->format, o->census, prof, meta, &t->mods);
+	if (ret < 0)
+		outfile_abort(&out);
+	else
+		ret = outfile_commit(&out);
+	return ret;
+}
+
+int record_status_to_exit(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return 1;
+}
+
+void record_describe_exn(const struct sampler *smp, pid_t pid, char *buf, size_t len)
+{
+	char exn[80];
+	size_t n = strlen(buf);
+
+	sampler_exit_status(smp, pid, exn, sizeof(exn));
+	if (exn[0] && n < len)
+		snprintf(buf + n, len - n, " after the uncaught exception %s", exn);
+}
+
+void record_describe_status(int status, char *buf, size_t len)
+{
+	if (WIFEXITED(status))
+		snprintf(buf, len, "target exited with status %d", WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(buf, len, "target killed by signal %d (%s%s)", WTERMSIG(status), strsignal(WTERMSIG(status)),
+			 WCOREDUMP(status) ? ", core dumped" : "");
+	else
+		snprintf(buf, len, "target ended");
+}
