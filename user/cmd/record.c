@@ -44,6 +44,7 @@
 
 #define RINGBUF_BYTES (16u << 20)
 #define RINGBUF_BYTES_SERVE (4u << 20) /* a worker's events are thinned to its budget */
+#define STACKS_SENT_SERVE 16384u       /* a worker's sent-stack ids (sampler_config) */
 
 
 /* BPF programs and uprobes need CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN);
@@ -719,7 +720,7 @@ int record_run(const struct record_opts *o)
 		.cfg = { .rate = o->rate,
 			 .max_frames = o->max_frames,
 			 .ringbuf_bytes = ringbuf_bytes(o->serve),
-			 .stacks_sent_cap = o->serve ? 16384 : 0,
+			 .stacks_sent_cap = o->serve ? STACKS_SENT_SERVE : 0,
 			 .census = !o->no_census,
 			 .max_tracked = o->max_tracked },
 		.meta = { .top = o->top, .max_frames = o->max_frames, .live = o->live },

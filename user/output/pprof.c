@@ -18,57 +18,6 @@
 #define PPROF_TYPES 6 /* alloc_objects, alloc_space, inuse_objects, inuse_space, unreclaimed_objects, unreclaimed_space */
 
 
-/* A site's in-use figure as of the last completed major cycle
- * (settled_by_site). */
-struct settled {
-	uint64_t samples;
-	double est_objects;
-};
-
-/* In-use as Go's heap profile means it: "as of the most recently
- * completed garbage collection" (Go runtime/pprof, WriteHeapProfile and
- * the heap profile's description), which counts the allocations made
- * before that collection began and not freed by it.  Here: the sampled
- * blocks still alive that entered the major heap (allocation, or
- * promotion of a minor block) before the last completed major cycle
- * started, i.e. at least two clean phases before the last one seen
- * (entry + 2 <= clean_phases): a block entering the major heap after
- * clean phase N-1 may have been coloured black by cycle N's marking
- * (4.14 runtime/memory.c caml_alloc_shr_aux: black during Phase_mark and
- * Phase_clean, and ahead of the sweep pointer; 5.x runtime/shared_heap.c
- * allocates with the cycle's MARKED colour while marking), which then
- * could not judge it.  Blocks a completed cycle found dead are gone from
- * p->blocks; minor blocks still young are left out (not yet judged by
- * any cycle).  --malloc blocks have no collector: in use until freed.  Returns site pointer -> struct settled (owned), or NULL
- * when out of memory. */
-static GHashTable *settled_by_site(const struct profile *p)
-{
-	GHashTable *t = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
-	GHashTableIter it;
-	gpointer k, v;
-
-	if (!t || !p->blocks)
-		return t;
-	g_hash_table_iter_init(&it, p->blocks);
-	while (g_hash_table_iter_next(&it, &k, &v)) {
-		const struct profile_block *b = v;
-		uint64_t entry = (uint64_t)b->birth_cycle + b->promo_cycles;
-		struct settled *st;
-
-		if (b->state == PROFILE_BLOCK_YOUNG ||
-		    (b->site->kind != CH_KIND_MALLOC && entry + 2 > p->clean_phases))
-			continue;
-		st = g_hash_table_lookup(t, b->site);
-		if (!st) {
-			st = g_new0(struct settled, 1);
-			g_hash_table_insert(t, b->site, st);
-		}
-		st->samples += b->nsamples;
-		st->est_objects += b->est_objects;
-	}
-	return t;
-}
-
 struct builder {
 	GHashTable *strings;   /* string -> index + 1 */
 	GPtrArray *table;      /* index -> string (owned) */
@@ -340,7 +289,7 @@ static int pprof_mappings(struct builder *b, Perftools__Profiles__Profile *prof,
  * bigarray data, OCaml stack, domain).  Memory owned by `b`; NULL when out
  * of memory. */
 static Perftools__Profiles__Sample *pprof_sample(struct builder *b, const struct profile *p,
-						 const struct profile_site *s, const struct settled *st, size_t n_value)
+						 const struct profile_site *s, const struct profile_inuse *st, size_t n_value)
 {
 	Perftools__Profiles__Sample *smp = own(b, calloc(1, sizeof(*smp)));
 	Perftools__Profiles__Label *kind = own(b, calloc(1, sizeof(*kind)));
@@ -423,7 +372,7 @@ int pprof_write(FILE *out, const struct profile *p, struct modules *mods, const 
 	};
 	Perftools__Profiles__ValueType vt[PPROF_TYPES], period_type = PERFTOOLS__PROFILES__VALUE_TYPE__INIT;
 	Perftools__Profiles__ValueType *vtp[PPROF_TYPES];
-	GHashTable *settled = m->census ? settled_by_site(p) : NULL;
+	GHashTable *settled = m->census ? profile_inuse_by_site(p) : NULL;
 	const struct profile_site **sites = NULL;
 	size_t nsites = profile_sites_sorted(p, &sites);
 	Perftools__Profiles__Sample **samples = calloc(nsites ? nsites : 1, sizeof(*samples));

@@ -555,3 +555,47 @@ const char *profile_custom_name(const struct profile *p, uint64_t ops)
 
 	return n && n[0] ? n : NULL;
 }
+
+/* In-use as Go's heap profile means it: "as of the most recently
+ * completed garbage collection" (Go runtime/pprof, WriteHeapProfile and
+ * the heap profile's description), which counts the allocations made
+ * before that collection began and not freed by it.  Here: the sampled
+ * blocks still alive that entered the major heap (allocation, or
+ * promotion of a minor block) before the last completed major cycle
+ * started, i.e. at least two clean phases before the last one seen
+ * (entry + 2 <= clean_phases): a block entering the major heap after
+ * clean phase N-1 may have been coloured black by cycle N's marking
+ * (4.14 runtime/memory.c caml_alloc_shr_aux: black during Phase_mark and
+ * Phase_clean, and ahead of the sweep pointer; 5.x runtime/shared_heap.c
+ * allocates with the cycle's MARKED colour while marking), which then
+ * could not judge it.  Blocks a completed cycle found dead are gone from
+ * p->blocks; minor blocks still young are left out (not yet judged by
+ * any cycle).  --malloc blocks have no collector: in use until freed.  Returns site pointer -> struct profile_inuse (owned), or NULL
+ * when out of memory. */
+void *profile_inuse_by_site(const struct profile *p)
+{
+	GHashTable *t = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
+	GHashTableIter it;
+	gpointer k, v;
+
+	if (!t || !p->blocks)
+		return t;
+	g_hash_table_iter_init(&it, p->blocks);
+	while (g_hash_table_iter_next(&it, &k, &v)) {
+		const struct profile_block *b = v;
+		uint64_t entry = (uint64_t)b->birth_cycle + b->promo_cycles;
+		struct profile_inuse *st;
+
+		if (b->state == PROFILE_BLOCK_YOUNG ||
+		    (b->site->kind != CH_KIND_MALLOC && entry + 2 > p->clean_phases))
+			continue;
+		st = g_hash_table_lookup(t, b->site);
+		if (!st) {
+			st = g_new0(struct profile_inuse, 1);
+			g_hash_table_insert(t, b->site, st);
+		}
+		st->samples += b->nsamples;
+		st->est_objects += b->est_objects;
+	}
+	return t;
+}

@@ -193,4 +193,19 @@ double profile_estimate_words(const struct profile *p, uint64_t samples);
  * n >= 1 (Breslow & Day 1987, vol. II, §2.2).  Writes lo, hi in samples. */
 void profile_poisson_ci95(uint64_t n, double *lo, double *hi);
 
+/* A site's in-use figure as of the last completed major cycle. */
+struct profile_inuse {
+	uint64_t samples;      /* samples at lambda of its blocks in use then */
+	double est_objects;    /* the blocks they stand for */
+};
+
+/* In use as Go's heap profile means it, "as of the most recently completed
+ * garbage collection": the live sampled blocks that entered the major heap
+ * (allocation or promotion) before the last completed major cycle began
+ * (birth_cycle + promo_cycles + 2 <= clean_phases), --malloc blocks until
+ * freed.  Returns a GHashTable site pointer -> struct profile_inuse (owned
+ * by the table; g_hash_table_destroy), sites with none left out, or NULL
+ * when out of memory. */
+void *profile_inuse_by_site(const struct profile *p);
+
 #endif
