@@ -1037,3 +1037,94 @@ def test_serve_worker_memory_of_a_small_program():
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def _groups(svc):
+    """{pid: target name} of the processes the service follows now."""
+    return {p["pid"]: t["name"] for t in svc.targets()["targets"] for p in t["processes"]
+            if p["state"] in ("attaching", "recording")}
+
+
+def test_serve_fork_children_are_in_their_parents_target_at_fork_start_and_reload():
+    """Issue 24 item 8: a fork child (no exec since) belongs to its parent's
+    target group, whichever matcher chose the parent: when the fork is seen,
+    when the service starts with both running, and after a reload.  Here the
+    parent is the server's by its PID file; its children match only the
+    other target's exe, which took them at start-up (and a reload stopped
+    their workers) before."""
+    pidfile = os.path.join(chtest.tmpdir(), "server.pid")
+    targets = {"server": "pidfile = %s\nrate = 1e-4" % pidfile,
+               "others": "exe = %s\nrate = 1e-4" % fixture("steady")}
+    svc = Service(targets, PORT_BASE + 17, interval=60)
+    svc2 = None
+    # the PID file written before the exec: the process is the server's from its exec on
+    p = subprocess.Popen(["/bin/sh", "-c", 'echo $$ > %s; exec %s forks=2 fork_delay=1500 n=20' %
+                          (pidfile, fixture("steady"))], stdout=subprocess.PIPE)
+    kids = []
+    try:
+        assert p.stdout.readline().decode().startswith("READY")
+        kids = _forked_pids(p, 2)
+        for pid in [p.pid] + kids:
+            svc.wait_state(pid, "recording")
+        want = {p.pid: "server", kids[0]: "server", kids[1]: "server"}
+        assert _groups(svc) == want, (svc.text()[-3000:], kids)
+        assert svc.stop() == 0
+        # a new service finds all three running: same groups
+        svc2 = Service(targets, PORT_BASE + 18, interval=60)
+        for pid in [p.pid] + kids:
+            svc2.wait_state(pid, "recording")
+        assert _groups(svc2) == want, (svc2.text()[-3000:], kids)
+        workers = {pid: svc2.processes()[pid]["worker_pid"] for pid in want}
+        svc2.proc.send_signal(signal.SIGHUP)
+        svc2.wait_log(r"reloaded .*: 2 targets")
+        assert "no longer a process of target" not in svc2.text(), svc2.text()[-3000:]
+        assert _groups(svc2) == want
+        assert {pid: svc2.processes()[pid]["worker_pid"] for pid in want} == workers
+        assert svc2.stop() == 0
+    finally:
+        svc.stop()
+        if svc2:
+            svc2.stop()
+        for pid in [p.pid] + kids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        p.wait()
+
+
+def test_serve_killed_with_9_while_workers_attach_leaves_no_worker_and_no_empty_directory():
+    """Issue 24 item 9: kill -9 of the service just after it started the
+    workers of 8 new processes.  Each worker sees it (PR_SET_PDEATHSIG, its
+    signals blocked from its start; or its parent is not the service that
+    made its socket), finishes the attach step it is in, and either writes
+    its final pair or removes the directory the service made for it.
+    Before, workers killed by the SIGTERM's default action or by a SIGPIPE
+    on the dead service's stderr pipe left their directories empty."""
+    svc = Service({"steady": "exe = %s\nrate = 1e-5" % fixture("steady")}, PORT_BASE + 19, interval=60)
+    ps = [subprocess.Popen([fixture("steady"), "n=20"], stdout=subprocess.DEVNULL) for _ in range(8)]
+    try:
+        end = time.time() + 30
+        while time.time() < end and len(re.findall(r"following PID", svc.text())) < len(ps):
+            time.sleep(0.01)
+        workers = children_of(svc.proc.pid)
+        svc.proc.kill()
+        svc.proc.wait()
+        end = time.time() + 30
+        while time.time() < end and any(os.path.exists("/proc/%s" % w.decode()) for w in workers):
+            time.sleep(0.1)
+        assert not any(os.path.exists("/proc/%s" % w.decode()) for w in workers), workers
+        assert all(p.poll() is None for p in ps), "a target died with the service"
+        dirs = [os.path.join(svc.out, "steady", x) for x in os.listdir(os.path.join(svc.out, "steady"))]
+        empty = [x for x in dirs if not os.listdir(x)]
+        assert not empty, (empty, dirs, svc.text()[-3000:])
+        for x in dirs:
+            assert any(n.endswith("-final.pb.gz") for n in os.listdir(x)), (x, os.listdir(x))
+        for p in ps:
+            with open("/proc/%d/status" % p.pid) as f:
+                assert re.search(r"^TracerPid:\s+0$", f.read(), re.M)
+    finally:
+        svc.stop(sig=signal.SIGKILL)
+        for p in ps:
+            p.kill()
+            p.wait()

@@ -124,9 +124,19 @@ static int run_check(struct run *r)
 	/* named camlheap, not "exe" (it runs as /proc/self/exe) */
 	if (o->serve)
 		prctl(PR_SET_NAME, "camlheap");
-	if (o->serve && (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() == 1)) {
-		fprintf(stderr, "camlheap: the service is gone\n");
-		return 2;
+	if (o->serve) {
+		/* the service made the socket pair (SO_PEERCRED: its PID, socket(7));
+		 * a parent other than it (PID 1, or a subreaper as systemd --user
+		 * is) means it died before PR_SET_PDEATHSIG was set */
+		struct ucred cr = { 0 };
+		socklen_t crlen = sizeof(cr);
+
+		if (getsockopt(o->serve_fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0 ||
+		    prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != cr.pid) {
+			rmdir(o->outdir); /* the service made it; only if empty */
+			fprintf(stderr, "camlheap: the service is gone\n");
+			return 2;
+		}
 	}
 	/* Check the output first: a report that cannot be written must not
 	 * cost a whole recording (or a run of the command). */
@@ -676,6 +686,9 @@ static int run_fail(struct run *r)
 	}
 	free(r->command);
 	if (r->o->serve) {
+		/* nothing was written: no empty directory is left behind (the
+		 * service made it; rmdir only removes an empty one) */
+		rmdir(r->o->outdir);
 		/* tell the service a process that ended before the attach (3)
 		 * and an executable that cannot be profiled (4) from another
 		 * failure (2) */

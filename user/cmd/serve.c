@@ -211,13 +211,17 @@ static void reload(void)
 	S.cfg = nc;
 	pthread_mutex_unlock(&S.lk);
 	g_hash_table_remove_all(S.unsupported); /* try every executable again */
+	/* fork children after the others: a child is its parent's target's
+	 * as long as the parent is (target_has) */
+	for (int pass = 0; pass < 2; pass++)
 	for (struct worker *w = S.workers; w; w = w->next) {
 		const struct serve_target *t;
 
-		if (w->wpid <= 0 || (w->state != W_ATTACHING && w->state != W_RECORDING))
+		if (w->wpid <= 0 || (w->state != W_ATTACHING && w->state != W_RECORDING) || !w->fork_parent != !pass)
 			continue;
 		t = find_target(w->target);
-		if (!t || !target_matches(t, w->pid)) {
+		/* a fork child whose parent ended (it has another parent now) stays its target's */
+		if (!t || !(target_has(t, w->pid) || (w->fork_parent && !forked_from(w->pid)))) {
 			slog(LOG_INFO, "reload: PID %d is no longer a process of target %s: stopping its worker", w->pid,
 			     w->target);
 			w->detached = true;
@@ -486,6 +490,8 @@ static void teardown(int sigfd)
 	pthread_mutex_unlock(&S.lk);
 	serve_config_free(&S.cfg);
 	g_hash_table_destroy(S.unsupported);
+	for (guint i = 0; i < S.forks->len; i++)
+		g_free(g_array_index(S.forks, struct fork_wait, i).target);
 	g_array_free(S.forks, TRUE);
 	close(sigfd);
 }

@@ -154,7 +154,7 @@ int exe_key(pid_t pid, char *out, size_t len)
 	return 0;
 }
 
-/* The first target that wants process `pid`, or NULL. */
+/* The first target whose matchers agree on process `pid`, or NULL. */
 static const struct serve_target *target_of(pid_t pid)
 {
 	for (size_t i = 0; i < S.cfg.ntargets; i++)
@@ -163,21 +163,107 @@ static const struct serve_target *target_of(pid_t pid)
 	return NULL;
 }
 
-/* A process to look at (exec'd, found in /proc, named by a PID file). */
-void consider(pid_t pid)
+/* PID's parent and struct mm_ident.  Returns 0 or -errno (-ESRCH: gone;
+ * -EINVAL: no address space, a kernel thread). */
+static int read_mm_ident(pid_t pid, pid_t *ppid, struct mm_ident *m)
+{
+	unsigned long long v[53] = { 0 };
+	char path[64], buf[1024], *p, *end;
+	struct stat st;
+	int field = 3;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if (read_file(path, buf, sizeof(buf)) < 0)
+		return -ESRCH;
+	p = strrchr(buf, ')'); /* comm may hold spaces and parens */
+	if (!p || p[1] != ' ')
+		return -EINVAL;
+	for (p += 3; *p && field < 53; field++) { /* p past the state, at field 4 */
+		while (*p == ' ')
+			p++;
+		v[field + 1] = strtoull(p, &end, 10);
+		if (end == p)
+			break;
+		p = end;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	if (field < 48 || !v[28] || stat(path, &st) < 0)
+		return -EINVAL;
+	*ppid = (pid_t)v[4];
+	*m = (struct mm_ident){ st.st_dev, st.st_ino, v[26], v[28], v[47], v[48] };
+	return 0;
+}
+
+pid_t forked_from(pid_t pid)
+{
+	struct mm_ident a, b;
+	pid_t ppid, pp;
+
+	if (read_mm_ident(pid, &ppid, &a) < 0 || ppid <= 1 || read_mm_ident(ppid, &pp, &b) < 0)
+		return 0;
+	return memcmp(&a, &b, sizeof(a)) ? 0 : ppid;
+}
+
+static bool target_has_at(const struct serve_target *t, pid_t pid, int depth)
+{
+	struct worker *w;
+	pid_t parent;
+
+	if (target_matches(t, pid))
+		return true;
+	if (depth >= 16 || !(parent = forked_from(pid)))
+		return false;
+	w = active_worker(parent);
+	if (w && !w->detached)
+		return !strcmp(w->target, t->name);
+	return target_has_at(t, parent, depth + 1);
+}
+
+bool target_has(const struct serve_target *t, pid_t pid)
+{
+	return target_has_at(t, pid, 0);
+}
+
+/* The target of a process not followed: its parent's if it is a fork
+ * child of one of a target's processes (the fork tracepoint's rule, also
+ * at start-up and reload, so a pre-forking server's workers are in its
+ * group whatever matched it: a PID file, say), else the first whose
+ * matchers agree.  *parent: the fork parent it is followed as, or 0. */
+static const struct serve_target *group_of(pid_t pid, pid_t *parent, int depth)
+{
+	pid_t p = depth < 16 ? forked_from(pid) : 0;
+
+	*parent = 0;
+	if (p > 0) {
+		struct worker *w = active_worker(p);
+		const struct serve_target *t;
+		pid_t pp;
+
+		t = w && !w->detached ? find_target(w->target) : group_of(p, &pp, depth + 1);
+		if (t) {
+			*parent = p;
+			return t;
+		}
+	}
+	return target_of(pid);
+}
+
+void consider(pid_t pid, bool exec)
 {
 	struct worker *w = active_worker(pid);
 	const struct serve_target *t;
+	pid_t parent;
 
 	if (w) {
 		/* it exec'd again: its worker stops by itself (the program is
 		 * another); look at the new one then */
-		w->reexec = true;
+		if (exec)
+			w->reexec = true;
 		return;
 	}
-	t = target_of(pid);
+	t = group_of(pid, &parent, 0);
 	if (t)
-		start_worker(t, pid);
+		start_worker(t, pid, parent);
 }
 
 void scan_proc(void)
@@ -193,7 +279,7 @@ void scan_proc(void)
 
 		if (*end || pid <= 0)
 			continue;
-		consider((pid_t)pid);
+		consider((pid_t)pid, false);
 	}
 	closedir(d);
 }
@@ -217,7 +303,7 @@ void poll_pidfiles(void)
 			for (struct worker *w = S.workers; w && !seen; w = w->next)
 				seen = w->pid == pid && w->starttime == st && !w->reexec;
 			if (!seen && target_matches(t, (pid_t)pid))
-				start_worker(t, (pid_t)pid);
+				start_worker(t, (pid_t)pid, 0);
 		}
 	}
 }
@@ -232,13 +318,21 @@ bool process_gone(pid_t pid, unsigned long long starttime)
 	return proc_stat(pid, &state, &st) < 0 || st != starttime || state == 'Z' || state == 'X';
 }
 
+/* Fork child `pid` of followed process `parent` to look at once it
+ * settled: with the parent's target and struct mm_ident as they are now
+ * (the parent may be gone by then). */
 static void queue_fork(pid_t pid, pid_t parent)
 {
 	struct fork_wait f = { .pid = pid, .parent = parent, .due = now_mono() + FORK_SETTLE_S };
+	struct worker *w = active_worker(parent);
+	pid_t pp;
 
 	for (guint i = 0; i < S.forks->len; i++)
 		if (g_array_index(S.forks, struct fork_wait, i).pid == pid)
 			return;
+	if (!w || read_mm_ident(parent, &pp, &f.mm) < 0)
+		return; /* no longer followed, or gone: its children too are left alone */
+	f.target = g_strdup(w->target);
 	g_array_append_val(S.forks, f);
 }
 
@@ -254,7 +348,7 @@ int on_exec_event(void *ctx, void *data, size_t size)
 		return 0;
 	}
 	S.execs_seen++;
-	consider((pid_t)e->tgid);
+	consider((pid_t)e->tgid, true);
 	return 0;
 }
 
@@ -273,13 +367,26 @@ double settle_forks(void)
 			continue;
 		}
 		g_array_remove_index(S.forks, i);
-		if (active_worker(f.pid) || proc_starttime(f.pid, &st) < 0)
-			continue; /* followed since its exec, or gone */
-		t = target_of(f.pid);
-		if (t) {
-			slog(LOG_INFO, "target %s: PID %d is a fork child of followed PID %d", t->name, f.pid, f.parent);
-			start_worker(t, f.pid);
+		if (!active_worker(f.pid) && proc_starttime(f.pid, &st) == 0) {
+			/* not followed since its exec, not gone: the parent's target
+			 * if it exec'd nothing (its parent may have ended meanwhile),
+			 * else whatever wants the program it runs now */
+			struct mm_ident m;
+			pid_t pp, parent = 0;
+
+			t = NULL;
+			if (read_mm_ident(f.pid, &pp, &m) == 0 && !memcmp(&m, &f.mm, sizeof(m)) &&
+			    (t = find_target(f.target)))
+				parent = f.parent;
+			if (!t)
+				t = group_of(f.pid, &parent, 0);
+			if (t && parent)
+				slog(LOG_INFO, "target %s: PID %d is a fork child of followed PID %d", t->name, f.pid,
+				     parent);
+			if (t)
+				start_worker(t, f.pid, parent);
 		}
+		g_free(f.target);
 	}
 	return next;
 }

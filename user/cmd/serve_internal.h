@@ -58,6 +58,7 @@ struct worker {
 	char *output_asked;
 	double interval_sent;
 	bool restart;           /* stopped by a reload to start again with the new settings */
+	pid_t fork_parent;      /* followed as a fork child of that process (its target's), or 0 */
 	/* figures from the last two "stats" messages */
 	uint64_t samples, weighted, events, dropped, stops, bpf_ns, trap_ns, exec_ns, cpu_ns, live, rss_kib, heap_words;
 	unsigned shift;
@@ -84,9 +85,19 @@ struct pending {
  * only a child that stays the program (a pre-forking server's worker) is
  * followed as itself.  Attaching at once would race the exec. */
 #define FORK_SETTLE_S 0.1
+/* What a fork keeps and an exec replaces: the executable and where the
+ * kernel placed the program's text, stack, heap and arguments (/proc/PID/
+ * stat fields 26, 28, 47, 48, proc(5)); a child equal to its parent in all
+ * of them has exec'd nothing since its fork. */
+struct mm_ident {
+	unsigned long long dev, ino, startcode, startstack, start_brk, arg_start;
+};
+
 struct fork_wait {
 	pid_t pid, parent;
-	double due; /* now_mono() */
+	double due;            /* now_mono() */
+	char *target;          /* the parent's target when the fork was seen (g_malloc'd) */
+	struct mm_ident mm;    /* the parent's, then */
 };
 
 struct service {
@@ -154,6 +165,15 @@ int proc_starttime(pid_t pid, unsigned long long *st);
 /* Whether process `pid` belongs to target t (every matcher it gives). */
 bool target_matches(const struct serve_target *t, pid_t pid);
 
+/* The parent of `pid` if pid is its fork child that has exec'd nothing
+ * since (struct mm_ident equal), else 0. */
+pid_t forked_from(pid_t pid);
+
+/* Whether process `pid` is one of target t's: t's matchers agree, or it
+ * is a fork child (no exec since) of one of t's processes (the target of
+ * the parent's worker, else by these rules, up to 16 generations). */
+bool target_has(const struct serve_target *t, pid_t pid);
+
 /* The identity of pid's executable, "dev:ino:mtime", into out (len bytes).
  * Returns 0 or -errno. */
 int exe_key(pid_t pid, char *out, size_t len);
@@ -162,11 +182,13 @@ int exe_key(pid_t pid, char *out, size_t len);
  * one started at `starttime` (clock ticks after boot). */
 bool process_gone(pid_t pid, unsigned long long starttime);
 
-/* Look at process `pid`: start a worker if a target wants it (or mark its
- * worker to look again once it ends, if it is followed already). */
-void consider(pid_t pid);
+/* Look at process `pid`, which exec'd (`exec`) or was found: start a
+ * worker if a target wants it (its parent's target for a fork child, see
+ * target_has; else the first whose matchers agree).  An exec of a process
+ * followed already marks its worker to look again once it ends. */
+void consider(pid_t pid, bool exec);
 
-/* consider() every process in /proc. */
+/* consider() every process in /proc not followed yet. */
 void scan_proc(void);
 
 /* Start workers for the processes the targets' PID files name (called
@@ -205,8 +227,9 @@ void rebalance_budgets(void);
 
 /* Start a worker for process `pid` of target t, unless it is followed
  * already, its executable was found unprofilable, or max-processes are
- * followed; failures are logged. */
-void start_worker(const struct serve_target *t, pid_t pid);
+ * followed; failures are logged.  fork_parent: the process pid is
+ * followed as the fork child of (its target's), or 0. */
+void start_worker(const struct serve_target *t, pid_t pid, pid_t fork_parent);
 
 /* Read what worker w has sent on its socket (w->fd) or written to its
  * stderr (w->errfd), without blocking; each closes its descriptor at EOF or

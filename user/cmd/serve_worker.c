@@ -74,15 +74,50 @@ void rebalance_budgets(void)
 	}
 }
 
-/* Start a worker for process pid of target t. */
-void start_worker(const struct serve_target *t, pid_t pid)
+/* posix_spawn of a worker, camlheap itself with argv: its control socket
+ * (sv) as descriptor 3, its stderr the pipe ep, stdin and stdout
+ * /dev/null.  Returns 0 (its PID in *wpid) or an errno value. */
+static int spawn_worker(const char **argv, int sv, int ep, pid_t *wpid)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	sigset_t none, all;
+	int ret;
+
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, sv, 3);
+	posix_spawn_file_actions_adddup2(&fa, ep, 2);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	posix_spawnattr_init(&at);
+	/* the worker starts with the signals it takes (record.c run_check)
+	 * blocked: a SIGTERM before it reads them, the one the kernel sends
+	 * when the service dies (PR_SET_PDEATHSIG) included, stops it as one
+	 * after, cleanly, not by the default action */
+	sigemptyset(&none);
+	sigaddset(&none, SIGTERM);
+	sigaddset(&none, SIGINT);
+	sigaddset(&none, SIGHUP);
+	sigfillset(&all);
+	/* and SIGPIPE ignored, as here: its stderr is a pipe to the service,
+	 * which may be gone, and a worker never starts a command */
+	sigdelset(&all, SIGPIPE);
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setsigdefault(&at, &all);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	ret = posix_spawn(wpid, "/proc/self/exe", &fa, &at, (char *const *)argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	return ret;
+}
+
+/* Start a worker for process pid of target t (fork_parent: followed as
+ * that process's fork child, or 0). */
+void start_worker(const struct serve_target *t, pid_t pid, pid_t fork_parent)
 {
 	char spid[16], srate[32], sint[32], sbudget[32], sdepth[16], stamp[32], dir[PATH_MAX];
 	unsigned long long st = 0;
 	int sv[2] = { -1, -1 }, ep[2] = { -1, -1 };
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	sigset_t none, all;
 	struct worker *w;
 	const char *argv[24];
 	int argc = 0, ret;
@@ -159,28 +194,8 @@ void start_worker(const struct serve_target *t, pid_t pid)
 	}
 	argv[argc] = NULL;
 
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
-	posix_spawn_file_actions_adddup2(&fa, ep[1], 2);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-	posix_spawnattr_init(&at);
-	sigemptyset(&none);
-	sigfillset(&all);
-	posix_spawnattr_setsigmask(&at, &none);
-	posix_spawnattr_setsigdefault(&at, &all);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 	w = calloc(1, sizeof(*w));
-	if (!w) {
-		close(sv[0]);
-		close(sv[1]);
-		close(ep[0]);
-		close(ep[1]);
-		return;
-	}
-	ret = posix_spawn(&w->wpid, "/proc/self/exe", &fa, &at, (char *const *)argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&at);
+	ret = w ? spawn_worker(argv, sv[1], ep[1], &w->wpid) : ENOMEM;
 	close(sv[1]);
 	close(ep[1]);
 	if (ret) {
@@ -192,6 +207,7 @@ void start_worker(const struct serve_target *t, pid_t pid)
 	}
 	w->target = g_strdup(t->name);
 	w->pid = pid;
+	w->fork_parent = fork_parent;
 	w->starttime = st;
 	snprintf(w->exe_key, sizeof(w->exe_key), "%s", key);
 	w->fd = sv[0];
@@ -440,7 +456,7 @@ void reap_workers(void)
 			     w->message[0] ? ": " : "", w->message);
 			if ((w->reexec || w->restart) && !S.stopping) {
 				w->reexec = w->restart = false;
-				consider(w->pid);
+				consider(w->pid, false);
 			}
 			break;
 		}
