@@ -287,6 +287,51 @@ static void test_census_accounting(void)
 	profile_free(p);
 }
 
+/* A site's live count at each clean phase, summed up (first, last, a fall
+ * by more than a third): 3, 6, then 2 (a fall), then 12: more at the last
+ * than at the first, but not growing; the same without the fall is. */
+static void test_live_grows_summary(void)
+{
+	for (int fall = 0; fall < 2; fall++) {
+		struct profile *p = profile_new(1e-3);
+		struct ch_sample_event *ev = calloc(1, sizeof(*ev));
+		const struct profile_site **sites;
+		struct ch_fate_event f;
+		const int born[4] = { 3, 3, 0, 10 };
+		uint64_t id = 1;
+		size_t n;
+
+		ev->stack_id = 7;
+		ev->kind = CH_KIND_MINOR;
+		ev->nsamples = 1;
+		ev->in_minor_heap = 1;
+		for (int c = 0; c < 4; c++) {
+			for (int k = 0; k < born[c]; k++) {
+				ev->sample_id = id++;
+				ev->clean_phases = (uint32_t)c;
+				profile_add_event(p, ev, CH_EVENT_HEADER_BYTES);
+			}
+			if (c == 2 && fall)
+				for (uint64_t d = 1; d <= 4; d++) {
+					f = fate(CH_FATE_DEAD_MINOR, d, 30, 0, 0);
+					profile_add_fate(p, &f, sizeof(f));
+				}
+			f = fate(CH_NOTE_MAJOR_CLEAN, 0, 30 + c, 1 + c, 0);
+			f.clean_phases = (uint32_t)c + 1;
+			profile_add_fate(p, &f, sizeof(f));
+		}
+		n = profile_sites_sorted(p, &sites);
+		check(n == 1 && sites[0]->cycle_count == 4 && sites[0]->cycle_first == 3 &&
+			      sites[0]->cycle_last == (fall ? 12u : 16u) && profile_site_live_grows(sites[0]) == !fall,
+		      fall ? "live_grows_not_after_a_fall" : "live_grows", "count %u first %llu last %llu",
+		      n ? sites[0]->cycle_count : 0, n ? (unsigned long long)sites[0]->cycle_first : 0,
+		      n ? (unsigned long long)sites[0]->cycle_last : 0);
+		free(sites);
+		free(ev);
+		profile_free(p);
+	}
+}
+
 static void test_insn_classes(void)
 {
 	static const uint8_t push_rbp[] = { 0x55 }, push_r15[] = { 0x41, 0x57 }, mov_rdi_rax[] = { 0x48, 0x89, 0xf8 },
@@ -452,6 +497,7 @@ int main(void)
 	test_outfile();
 	test_insn_classes();
 	test_census_accounting();
+	test_live_grows_summary();
 	test_live_objects_under_budget();
 	test_ptexec5();
 	test_ptexec5_death();

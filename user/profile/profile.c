@@ -52,8 +52,6 @@ static void site_free(gpointer v)
 {
 	struct profile_site *s = v;
 
-	if (s->cycle_live)
-		g_array_free(s->cycle_live, TRUE);
 	free(s);
 }
 
@@ -261,6 +259,17 @@ static void block_dies(struct profile *p, uint64_t id, struct profile_block *b, 
 	g_hash_table_remove(p->blocks, &id);
 }
 
+/* One more value of a site's live-samples series (profile_site_live_grows). */
+static void cycle_append(struct profile_site *s, uint64_t live)
+{
+	if (!s->cycle_count)
+		s->cycle_first = live;
+	else if ((double)live < (double)s->cycle_last * 2.0 / 3.0)
+		s->cycle_dropped = true;
+	s->cycle_last = live;
+	s->cycle_count++;
+}
+
 static void clean_snapshot(struct profile *p)
 {
 	GHashTableIter it;
@@ -270,16 +279,15 @@ static void clean_snapshot(struct profile *p)
 	g_hash_table_iter_init(&it, p->sites);
 	while (g_hash_table_iter_next(&it, &k, &v)) {
 		struct profile_site *s = v;
-		uint64_t zero = 0;
 
 		if (!s->followed_blocks)
 			continue;
-		if (!s->cycle_live)
-			s->cycle_live = g_array_new(FALSE, TRUE, sizeof(uint64_t));
 		/* a site first seen after some clean phases: zeros before */
-		while (((GArray *)s->cycle_live)->len + 1 < p->clean_phases)
-			g_array_append_val((GArray *)s->cycle_live, zero);
-		g_array_append_val((GArray *)s->cycle_live, s->live_samples);
+		if (s->cycle_count + 1 < p->clean_phases) {
+			cycle_append(s, 0);
+			s->cycle_count = p->clean_phases - 1;
+		}
+		cycle_append(s, s->live_samples);
 	}
 }
 
@@ -428,16 +436,7 @@ void profile_census_compute(struct profile *p)
 
 bool profile_site_live_grows(const struct profile_site *site)
 {
-	const GArray *a = site->cycle_live;
-	const uint64_t *v;
-
-	if (!a || a->len < 3)
-		return false;
-	v = (const uint64_t *)a->data;
-	for (guint i = 1; i < a->len; i++)
-		if ((double)v[i] < (double)v[i - 1] * 2.0 / 3.0)
-			return false;
-	return v[a->len - 1] > v[0];
+	return site->cycle_count >= 3 && !site->cycle_dropped && site->cycle_last > site->cycle_first;
 }
 
 static int site_cmp(const void *a, const void *b)

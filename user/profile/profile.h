@@ -48,7 +48,12 @@ struct profile_site {
 	uint64_t unfollowed_samples; /* live samples no longer followed (set full, header unreadable) */
 	double dead_lifetime_s;    /* sum over dead blocks of their lifetime, seconds */
 	uint64_t dead_minor_gcs;   /* sum over dead blocks of the minor collections they lived through */
-	void *cycle_live;          /* GArray of uint64: live_samples at each major clean phase seen */
+	/* live_samples at each major clean phase seen since its first (zeros
+	 * before it), summed up as profile_site_live_grows needs it: a fixed
+	 * size whatever the number of cycles (a service runs for months) */
+	uint32_t cycle_count;      /* clean phases in the series */
+	bool cycle_dropped;        /* it fell below 2/3 of the previous value once */
+	uint64_t cycle_first, cycle_last;
 	/* filled by profile_census_compute */
 	double median_major_age;
 	uint32_t leak_cycles, leak_retaining;
