@@ -450,35 +450,48 @@ def bench_attach():
             return "%6.3f s [%6.3f]" % (statistics.median(v), max(v))
         print("  %-46s %18s %18s %18s %18s" % (label, f(alone, 0), f(alone, 1), f(three, 0), f(three, 1)))
     bench_serve_attach(30)
+    bench_serve_short(20, (0.5, 1.0))
+    bench_serve_memory()
 
 
-def bench_serve_attach(n):
-    """camlheap serve, then n steady processes started at once: seconds
-    from their start until each one is recording (the service's /targets)."""
-    import urllib.request
-    d = tempfile.mkdtemp(prefix="camlheap-bench-serve-")
-    port = 20000 + os.getpid() % 20000
+def _bench_service(d, port):
+    """camlheap serve following the steady fixture (rate 1e-5, files every
+    60 s), its log in d/serve.log; returns it once it serves."""
     conf = os.path.join(d, "c.conf")
     with open(conf, "w") as f:
         f.write("[serve]\noutput = %s/out\ninterval = 60\nlisten = 127.0.0.1:%d\nsocket = %s/s.sock\n"
                 "[target:steady]\nexe = %s\nrate = 1e-5\n" % (d, port, d, chtest.fixture("steady")))
     log = open(os.path.join(d, "serve.log"), "w")
     svc = subprocess.Popen([chtest.CAMLHEAP, "serve", "--config", conf], stdout=log, stderr=log)
+    log.close()
+    deadline = time.time() + 30
+    while time.time() < deadline and "serving" not in open(os.path.join(d, "serve.log")).read():
+        time.sleep(0.05)
+    return svc
+
+
+def _bench_targets(port):
+    import urllib.request
+    body = urllib.request.urlopen("http://127.0.0.1:%d/targets" % port, timeout=5).read()
+    return [p for t in json.loads(body)["targets"] for p in t["processes"]]
+
+
+def bench_serve_attach(n):
+    """camlheap serve, then n steady processes started at once: seconds
+    from their start until each one is recording (the service's /targets)."""
+    d = tempfile.mkdtemp(prefix="camlheap-bench-serve-")
+    port = 20000 + os.getpid() % 20000
+    svc = _bench_service(d, port)
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline and "serving" not in open(os.path.join(d, "serve.log")).read():
-            time.sleep(0.05)
         t0 = time.time()
         ps = _steady(n)
         pids = {p.pid for p in ps}
         seen = {}
         while len(seen) < n and time.time() < t0 + 120:
             try:
-                body = urllib.request.urlopen("http://127.0.0.1:%d/targets" % port, timeout=5).read()
-                for t in json.loads(body)["targets"]:
-                    for p in t["processes"]:
-                        if p["pid"] in pids and p["state"] == "recording" and p["pid"] not in seen:
-                            seen[p["pid"]] = time.time() - t0
+                for p in _bench_targets(port):
+                    if p["pid"] in pids and p["state"] == "recording" and p["pid"] not in seen:
+                        seen[p["pid"]] = time.time() - t0
             except OSError:
                 pass
             time.sleep(0.05)
@@ -486,11 +499,110 @@ def bench_serve_attach(n):
     finally:
         svc.terminate()
         svc.wait(timeout=60)
-        log.close()
     v = sorted(seen.values())
     print("\nserve: %d steady processes started at once: %d recording; from their start, median %.2f s, last %.2f s%s"
           % (n, len(v), statistics.median(v) if v else float("nan"), v[-1] if v else float("nan"),
              "" if len(v) == n else " (the rest not within 120 s)"))
+
+
+def bench_serve_short(n, lives, rounds=3):
+    """camlheap serve, then n busy steady processes started at once, each
+    ending (SIGTERM, from `timeout`) `life` seconds after its own start:
+    how many got a profile (their worker attached: state exited in
+    /targets, a final pair written) and how many were missed (ended before
+    the attach).  Issue 24's target: every process living >= 0.5 s."""
+    print("\nserve: %d busy processes started at once, each living L s (timeout -s TERM L steady); "
+          "profiled of %d, %d rounds" % (n, n, rounds))
+    for life in lives:
+        got = []
+        for r in range(rounds):
+            d = tempfile.mkdtemp(prefix="camlheap-bench-short-")
+            port = 20000 + (os.getpid() + 17 * r + int(life * 100)) % 20000
+            svc = _bench_service(d, port)
+            try:
+                ps = [subprocess.Popen(["timeout", "-s", "TERM", str(life), chtest.fixture("steady")],
+                                       stdout=subprocess.DEVNULL) for _ in range(n)]
+                for p in ps:
+                    p.wait()
+                time.sleep(3)  # the workers' final pairs
+                got.append(sum(p["state"] == "exited" for p in _bench_targets(port)))
+            finally:
+                svc.terminate()
+                svc.wait(timeout=60)
+        print("  L = %.1f s: %s profiled (median %g of %d)" % (life, ", ".join(map(str, got)),
+                                                              statistics.median(got), n))
+
+
+def bench_serve_memory():
+    """A serve worker's memory (chtest.worker_memory: private resident of
+    the worker and its holder + the kernel memory of its BPF maps) as it
+    grows with what it tracks (issue 24 item 6), against an idle fixture's
+    worker at the same rate in the same service: per 10 k live samples
+    (leak keep=400000: 400 000 records of Whsize 5 kept for ever, ~20 000
+    live samples at rate 1e-2) and per 10 k distinct callstacks (chain
+    spread: 2^14 callstacks, 40 rounds at rate 1e-3, every one sampled)."""
+    from test_outputs import decode_pprof
+    rows = []
+    for rate, name, argv, ready in (
+            (1e-2, "leak", [chtest.fixture("leak"), "keep=400000", "n=1", "idle"], "TRUTH"),
+            (1e-3, "chain", [chtest.fixture("chain"), "spread", "n=40"], "SPREAD")):
+        d = tempfile.mkdtemp(prefix="camlheap-bench-mem-")
+        port = 20000 + (os.getpid() + int(rate * 1e4)) % 20000
+        conf = os.path.join(d, "c.conf")
+        with open(conf, "w") as f:
+            f.write("[serve]\noutput = %s/out\ninterval = 1\nlisten = 127.0.0.1:%d\nsocket = %s/s.sock\n"
+                    "rate = %g\n[target:idle]\nexe = %s\n[target:%s]\nexe = %s\n"
+                    % (d, port, d, rate, chtest.fixture("idle"), name, argv[0]))
+        log = open(os.path.join(d, "serve.log"), "w")
+        svc = subprocess.Popen([chtest.CAMLHEAP, "serve", "--config", conf], stdout=log, stderr=log)
+        log.close()
+        procs = []
+        try:
+            deadline = time.time() + 30
+            while time.time() < deadline and "serving" not in open(os.path.join(d, "serve.log")).read():
+                time.sleep(0.05)
+            idle = subprocess.Popen([chtest.fixture("idle"), "n=1000000"], stdout=subprocess.PIPE,
+                                    stdin=subprocess.PIPE)
+            procs.append(idle)
+            idle.stdout.readline()
+            # the worker attached before the work starts
+            prog = subprocess.Popen(argv + ["--wait"], stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+            procs.append(prog)
+            assert prog.stdout.readline().startswith(b"READY")
+            workers = {}
+            while len(workers) < 2 and time.time() < deadline + 30:
+                workers = {p["pid"]: p for p in _bench_targets(port) if p["state"] == "recording"}
+                time.sleep(0.1)
+            prog.stdin.write(b"go\n")
+            prog.stdin.flush()
+            while not prog.stdout.readline().startswith(ready.encode()):
+                pass
+            time.sleep(3)  # two snapshots written after the work
+            ps = {p["pid"]: p for p in _bench_targets(port)}
+            mi = chtest.worker_memory(ps[idle.pid]["worker_pid"])
+            mp = chtest.worker_memory(ps[prog.pid]["worker_pid"])
+            m_idle, m_prog = mi["total"], mp["total"]
+            if os.environ.get("BENCH_DEBUG"):
+                print(name, "idle", mi, "prog", mp, ps[prog.pid])
+            if name == "leak":
+                count = ps[prog.pid]["live_bytes_estimate"] / 8 * rate
+                unit = "live samples"
+            else:
+                heap = ps[prog.pid]["last_heap_profile"]
+                count = len(decode_pprof(heap)["sample"])
+                unit = "distinct callstacks"
+            rows.append((rate, m_idle, m_prog, count, unit))
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+            svc.terminate()
+            svc.wait(timeout=60)
+    print("\nserve worker memory (private resident + BPF maps), against an idle fixture's worker at the same rate")
+    for rate, m0, m1, count, unit in rows:
+        print("  rate %g: idle %.1f MiB; with %d %s %.1f MiB: %.2f MiB per 10 k %s"
+              % (rate, m0 / 2**20, count, unit, m1 / 2**20, (m1 - m0) / 2**20 / (count / 1e4), unit))
+
 
 def bench_idiom(kernel):
     bench("List.length (List.init 5000 string_of_int), 6 000 times (cdeep init; C code allocating deep in a "

@@ -47,7 +47,7 @@ def curl(url, out=None, unix=None, timeout=90):
 class Service:
     """camlheap serve with a generated configuration, stderr to a file."""
 
-    def __init__(self, targets, port, interval=1.0, keep=3, extra="", env=None, argv=None, args=()):
+    def __init__(self, targets, port, interval=1.0, keep=3, extra="", env=None, argv=None, args=(), prefix=()):
         self.dir = chtest.tmpdir()
         self.out = os.path.join(self.dir, "out")
         self.sock = os.path.join(self.dir, "serve.sock")
@@ -60,7 +60,8 @@ class Service:
                 f.write("[target:%s]\n%s\n" % (name, body))
         self.log = os.path.join(self.dir, "serve.log")
         self.logf = open(self.log, "w")
-        self.proc = subprocess.Popen(argv or [CAMLHEAP, "serve", "--config", self.conf] + list(args), stdout=self.logf,
+        self.proc = subprocess.Popen(argv or list(prefix) + [CAMLHEAP, "serve", "--config", self.conf] + list(args),
+                                     stdout=self.logf,
                                      stderr=self.logf, env=env)
         self.wait_log(r"serving \d+ target")
 
@@ -783,21 +784,26 @@ def test_serve_soak_1000_short_lived_targets_leaks_nothing():
         svc.stop()
 
 
+def kill_service_and_wait_for_its_workers(svc, timeout=30):
+    """kill -9 of the service; then every worker it had must end within timeout s."""
+    workers = children_of(svc.proc.pid)
+    assert workers, svc.text()
+    svc.proc.kill()
+    svc.proc.wait()
+    end = time.time() + timeout
+    while time.time() < end and any(os.path.exists("/proc/%s" % w.decode()) for w in workers):
+        time.sleep(0.1)
+    assert not any(os.path.exists("/proc/%s" % w.decode()) for w in workers), workers
+
+
 def test_serve_killed_with_9_leaves_targets_running_and_workers_finish():
     svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, PORT_BASE + 6, interval=60)
     p, _ = start_idle()
     try:
         svc.wait_state(p.pid, "recording")
-        workers = children_of(svc.proc.pid)
-        assert workers, svc.text()
-        svc.proc.kill()
-        svc.proc.wait()
         # each worker sees the service die (PR_SET_PDEATHSIG), writes its
         # last files and detaches
-        end = time.time() + 30
-        while time.time() < end and any(os.path.exists("/proc/%s" % w.decode()) for w in workers):
-            time.sleep(0.1)
-        assert not any(os.path.exists("/proc/%s" % w.decode()) for w in workers), workers
+        kill_service_and_wait_for_its_workers(svc)
         assert p.poll() is None, "the target died with the service"
         d, names = files_of(svc.out, "idle", p.pid)
         assert any(n.endswith("-final.pb.gz") for n in names), names
@@ -1107,13 +1113,7 @@ def test_serve_killed_with_9_while_workers_attach_leaves_no_worker_and_no_empty_
         end = time.time() + 30
         while time.time() < end and len(re.findall(r"following PID", svc.text())) < len(ps):
             time.sleep(0.01)
-        workers = children_of(svc.proc.pid)
-        svc.proc.kill()
-        svc.proc.wait()
-        end = time.time() + 30
-        while time.time() < end and any(os.path.exists("/proc/%s" % w.decode()) for w in workers):
-            time.sleep(0.1)
-        assert not any(os.path.exists("/proc/%s" % w.decode()) for w in workers), workers
+        kill_service_and_wait_for_its_workers(svc)
         assert all(p.poll() is None for p in ps), "a target died with the service"
         dirs = [os.path.join(svc.out, "steady", x) for x in os.listdir(os.path.join(svc.out, "steady"))]
         empty = [x for x in dirs if not os.listdir(x)]
@@ -1128,3 +1128,49 @@ def test_serve_killed_with_9_while_workers_attach_leaves_no_worker_and_no_empty_
         for p in ps:
             p.kill()
             p.wait()
+
+
+def _nices(pid):
+    """{thread name: [nice values]} of process pid's threads (/proc/PID/task/TID/stat field 19)."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+            st = f.read()
+        name = st[st.index("(") + 1:st.rindex(")")]
+        out.setdefault(name, []).append(int(st[st.rindex(")") + 2:].split()[16]))
+    return out
+
+
+def test_serve_starts_workers_at_the_attach_priority_and_they_return_to_the_services():
+    """Issue 24 item 10: on a busy host, a short-lived process was missed
+    while its worker started and attached in the busy processes' time
+    slices.  The service's main thread (discovery, workers' starts) runs at
+    the attach's nice value (-10), its workers start at it, and after the
+    attach each worker and its holder return to the nice value the service
+    was started with (5 here), its HTTP thread keeping it throughout."""
+    svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, PORT_BASE + 20, interval=60,
+                  prefix=("nice", "-n", "5"))
+    p, _ = start_idle()
+    try:
+        svc.wait_state(p.pid, "recording")
+        service = _nices(svc.proc.pid)
+        assert service.pop("camlheap") == [-10] and service and all(v == 5 for vs in service.values() for v in vs), service
+        wpid = svc.processes()[p.pid]["worker_pid"]
+        # its main thread at 5; the ptrace executor's thread, if any, takes
+        # the target's (ptexec.c: a stopped target must not wait at a lower
+        # priority than its own)
+        with open("/proc/%d/stat" % wpid) as f:
+            st = f.read()
+        assert int(st[st.rindex(")") + 2:].split()[16]) == 5, st
+        worker = _nices(wpid)
+        assert all(v in (5, 0) for vs in worker.values() for v in vs), worker
+        # the holder of its probes: its fork, reparented (same command line)
+        r = subprocess.run(["pgrep", "-f", "^camlheap record -p %d " % p.pid], stdout=subprocess.PIPE)
+        holders = [h for h in r.stdout.split() if int(h) != wpid]
+        assert holders, "no holder"
+        for h in holders:
+            assert all(v == 5 for vs in _nices(int(h)).values() for v in vs), (h, _nices(int(h)))
+        # the target keeps its own
+        assert all(v == 0 for vs in _nices(p.pid).values() for v in vs)
+    finally:
+        stop_both(svc, p)

@@ -103,6 +103,10 @@ static const struct argp_option record_options[] = {
 	{ "serve-fd", OPT_SERVE_FD, "FD", OPTION_HIDDEN, "Run as a camlheap serve worker on this socket", 0 },
 	{ "interval", OPT_INTERVAL, "SECONDS", OPTION_HIDDEN, "Serve worker: periodic profiles", 0 },
 	{ "outdir", OPT_OUTDIR, "DIR", OPTION_HIDDEN, "Serve worker: where periodic profiles go", 0 },
+	{ "base-nice", OPT_BASE_NICE, "NICE", OPTION_HIDDEN, "Serve worker: the nice value to return to after the attach",
+	  0 },
+	{ "trap-cost", OPT_TRAP_COST, "E,S,R", OPTION_HIDDEN,
+	  "Serve worker: the service's trap-cost calibration, ns (emulated, stepped, return)", 0 },
 	{ 0 }
 };
 
@@ -308,6 +312,18 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 	case OPT_INTERVAL:
 		if (parse_double(arg, &o->interval_s) || !(o->interval_s > 0))
 			argp_error(state, "invalid --interval '%s': seconds, > 0", arg);
+		break;
+	case OPT_BASE_NICE:
+		if (parse_long(arg, &v) || v < -20 || v > 19)
+			argp_error(state, "invalid --base-nice '%s'", arg);
+		o->base_nice = (int)v;
+		o->base_nice_given = true;
+		break;
+	case OPT_TRAP_COST:
+		if (sscanf(arg, "%lg,%lg,%lg", &o->trap_ns[0], &o->trap_ns[1], &o->trap_ns[2]) != 3 ||
+		    !(o->trap_ns[0] >= 0 && o->trap_ns[1] >= 0 && o->trap_ns[2] >= 0))
+			argp_error(state, "invalid --trap-cost '%s'", arg);
+		o->trap_given = true;
 		break;
 	case OPT_OUTDIR:
 		o->outdir = arg;

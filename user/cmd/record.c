@@ -460,6 +460,11 @@ static bool run_start(struct run *r)
 	in->budget_sps = o->budget_sps;
 	in->shift_since = in->win_start = now_s();
 	in->interval_s = o->interval_s;
+	if (o->trap_given) {
+		/* the service calibrated this host's traps once for its workers */
+		in->trap = (struct trap_cost){ o->trap_ns[0], o->trap_ns[1], o->trap_ns[2], true };
+		in->trap_tried = true;
+	}
 	in->next_periodic = now_s() + o->interval_s;
 	record_window_check(in);
 	if (o->serve)
@@ -750,6 +755,9 @@ int record_run(const struct record_opts *o)
 	/* the attach at PROC_ATTACH_NICE; a launched command keeps the caller's priority */
 	if (!o->argv)
 		r.nice0 = proc_thread_nice_raise(PROC_ATTACH_NICE);
+	/* a service worker started at PROC_ATTACH_NICE already (serve_worker.c) */
+	if (o->serve && o->base_nice_given && r.nice0 == INT_MIN)
+		r.nice0 = o->base_nice;
 	ret = run_check(&r);
 	if (ret)
 		return ret;

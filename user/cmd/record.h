@@ -54,6 +54,10 @@ struct record_opts {
 	int serve_fd;              /* SOCK_SEQPACKET to the service (protocol: serve.h) */
 	double interval_s;         /* a heap profile and a census into outdir every this many seconds */
 	const char *outdir;        /* the process's directory of periodic profiles */
+	bool base_nice_given;      /* --base-nice: the worker starts at PROC_ATTACH_NICE (the service's) ... */
+	int base_nice;             /* ... and returns to this nice value after its attach */
+	bool trap_given;           /* --trap-cost: the service's calibration (trap_cost_calibrate, once per host) ... */
+	double trap_ns[3];         /* ... emulated, stepped, return trap, ns */
 	/* `camlheap top` (top.h): the live view instead of a report */
 	const struct top_opts *topo;
 };

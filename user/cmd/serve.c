@@ -27,6 +27,7 @@
 #include "camlheap.h"
 #include "cmd/serve_internal.h"
 #include "discover.skel.h"
+#include "target/proc.h"
 
 struct service S;
 
@@ -517,6 +518,17 @@ int serve_run(const char *config_path, double interval_s)
 		ret = 2;
 		goto out;
 	}
+	/* once for every worker: each would take ~20-200 ms of CPU for it,
+	 * while the others attach */
+	if (trap_cost_calibrate(&S.trap, err, sizeof(err)) < 0)
+		S.trap.valid = false;
+	/* after the HTTP thread started (it keeps the service's priority):
+	 * on a busy host, a new process is seen and its worker started (and
+	 * its worker's start-up, before it raises its own) at the attach's
+	 * priority, not in the busy processes' time slices */
+	errno = 0;
+	S.base_nice = getpriority(PRIO_PROCESS, (id_t)gettid());
+	S.nice_raised = !errno && proc_thread_nice_raise(PROC_ATTACH_NICE) != INT_MIN;
 	scan_proc();
 	sd_watchdog_enabled(0, &S.watchdog_usec);
 	sd_notify(0, "READY=1");

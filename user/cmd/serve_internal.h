@@ -23,6 +23,7 @@
 #include <glib.h>
 
 #include "cmd/serve.h"
+#include "collect/probe_cost.h"
 
 struct discover_bpf; /* discover.skel.h, included by serve.c only */
 struct ring_buffer;  /* bpf/libbpf.h */
@@ -124,6 +125,12 @@ struct service {
 	GHashTable *unsupported;  /* exe_key -> why (char *): executables not to try again until SIGHUP */
 	GArray *forks;            /* struct fork_wait: fork children to look at once they settle */
 	uint64_t forks_seen;      /* fork children of followed processes reported */
+	/* the main thread (discovery, workers' starts) runs at PROC_ATTACH_NICE
+	 * and the workers start at it; they return to base_nice after their
+	 * attach (record --base-nice) */
+	bool nice_raised;
+	int base_nice;
+	struct trap_cost trap;    /* calibrated once for the workers (record --trap-cost) */
 	size_t nworkers_fds;      /* workers in the table (each holds up to 2 descriptors) */
 	double start_unix;
 	int stats_fd;             /* BPF run-time statistics kept on while this is open */

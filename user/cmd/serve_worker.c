@@ -115,11 +115,11 @@ static int spawn_worker(const char **argv, int sv, int ep, pid_t *wpid)
  * that process's fork child, or 0). */
 void start_worker(const struct serve_target *t, pid_t pid, pid_t fork_parent)
 {
-	char spid[16], srate[32], sint[32], sbudget[32], sdepth[16], stamp[32], dir[PATH_MAX];
+	char spid[16], srate[32], sint[32], sbudget[32], sdepth[16], stamp[32], dir[PATH_MAX], snice[16], strap[96];
 	unsigned long long st = 0;
 	int sv[2] = { -1, -1 }, ep[2] = { -1, -1 };
 	struct worker *w;
-	const char *argv[24];
+	const char *argv[32];
 	int argc = 0, ret;
 	time_t now = time(NULL);
 	struct tm tm;
@@ -191,6 +191,16 @@ void start_worker(const struct serve_target *t, pid_t pid, pid_t fork_parent)
 	if (t->executor) {
 		argv[argc++] = "--executor";
 		argv[argc++] = t->executor;
+	}
+	if (S.nice_raised) {
+		snprintf(snice, sizeof(snice), "%d", S.base_nice);
+		argv[argc++] = "--base-nice";
+		argv[argc++] = snice;
+	}
+	if (S.trap.valid) {
+		snprintf(strap, sizeof(strap), "%.6g,%.6g,%.6g", S.trap.emulated_ns, S.trap.stepped_ns, S.trap.return_ns);
+		argv[argc++] = "--trap-cost";
+		argv[argc++] = strap;
 	}
 	argv[argc] = NULL;
 
