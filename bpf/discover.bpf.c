@@ -36,7 +36,12 @@ SEC("tp_btf/sched_process_exec") /* a raw tracepoint: needs no tracefs */
 int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
 	struct ch_exec_event e = { .tgid = bpf_get_current_pid_tgid() >> 32, .kind = CH_DISC_EXEC };
+	struct inode *ino = BPF_CORE_READ(bprm, file, f_inode);
 
+	/* the program's identity: a process that has ended by the time user
+	 * space looks at it is still known to be a target's (missed) */
+	e.dev = BPF_CORE_READ(ino, i_sb, s_dev);
+	e.ino = BPF_CORE_READ(ino, i_ino);
 	if (bpf_ringbuf_output(&execs, &e, sizeof(e), 0))
 		__sync_fetch_and_add(&lost, 1);
 	return 0;

@@ -512,7 +512,9 @@ struct ch_exec_event {
 	__u32 tgid;
 	__u32 kind;   /* enum ch_disc_kind */
 	__u32 parent; /* CH_DISC_FORK: the forking process */
-	__u32 pad;
+	__u32 dev;    /* CH_DISC_EXEC: the program file's device, the kernel's dev_t (MAJOR << 20 | MINOR,
+		       * include/linux/kdev_t.h), 0 if unread ... */
+	__u64 ino;    /* ... and its inode: what /proc/PID/exe names, known even once the process is gone */
 };
 
 /* Processes the service follows (discover.bpf.c `followed`, tgid -> 1):

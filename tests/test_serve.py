@@ -770,10 +770,12 @@ def test_serve_soak_1000_short_lived_targets_leaks_nothing():
         started = int(re.search(rb"^camlheap_workers_started_total (\d+)", body, re.M).group(1))
         failed = int(re.search(rb"^camlheap_workers_failed_total (\d+)", body, re.M).group(1))
         missed = int(re.search(rb"^camlheap_processes_missed_total (\d+)", body, re.M).group(1))
+        gone = int(re.search(rb"^camlheap_processes_gone_before_seen_total (\d+)", body, re.M).group(1))
         # most got a worker; none failed (those that ended first were
-        # missed); most long-lived ones were followed to their end
+        # missed, some before they were looked at: no worker); most
+        # long-lived ones were followed to their end
         assert started >= 500 and failed == 0, body[:1500]
-        assert started - missed >= nlong[0] // 2, (started, missed, nlong)
+        assert started - (missed - gone) >= nlong[0] // 2, (started, missed, gone, nlong)
         done = [q for q in procs if q["state"] == "exited"]
         assert all(q["files_written"] >= 1 for q in done), [q for q in done if not q["files_written"]][:3]
         # the output directory stays under its cap
@@ -1174,3 +1176,42 @@ def test_serve_starts_workers_at_the_attach_priority_and_they_return_to_the_serv
         assert all(v == 0 for vs in _nices(p.pid).values() for v in vs)
     finally:
         stop_both(svc, p)
+
+
+def test_serve_accounts_for_every_process_of_its_program_even_those_gone_before_it_looked():
+    """A process of a target's program that ended before the service looked
+    at it (/proc empty by then: a busy host, the service descheduled) was
+    counted nowhere, so a crowd of short processes showed fewer in
+    /targets and the counters than had run.  The discovery program now
+    gives the exec'd file's device and inode, so an exe-only target's
+    process is counted as missed (and as gone before it was seen) even
+    then.  Here the service is stopped (SIGSTOP) while 20 processes run
+    and end, their exec events waiting in the ring buffer; then 20 more
+    run with the service running: each of the 40 either got a worker or
+    was counted gone."""
+    svc = Service({"churn": "exe = %s\nrate = 1e-3" % fixture("exit_code")}, PORT_BASE + 21, interval=60)
+
+    def metric(name):
+        code, body = curl(svc.url("/metrics"))
+        return int(re.search(rb"^camlheap_%s (\d+)" % name.encode(), body, re.M).group(1))
+
+    try:
+        svc.proc.send_signal(signal.SIGSTOP)
+        try:
+            for _ in range(20):
+                assert subprocess.run([fixture("exit_code"), "n=0"], stdout=subprocess.DEVNULL).returncode == 3
+        finally:
+            svc.proc.send_signal(signal.SIGCONT)
+        for _ in range(20):
+            assert subprocess.run([fixture("exit_code"), "n=0"], stdout=subprocess.DEVNULL).returncode == 3
+        end = time.time() + 60
+        while time.time() < end and (children_of(svc.proc.pid) or
+                                     svc.targets()["service"]["processes_followed"]):
+            time.sleep(0.2)
+        started, gone = metric("workers_started_total"), metric("processes_gone_before_seen_total")
+        assert gone >= 20 and started + gone == 40, (started, gone, svc.text()[-3000:])
+        assert metric("processes_missed_total") >= gone
+        assert len(re.findall(r"ended before it was looked at", svc.text())) == gone
+        assert svc.stop() == 0
+    finally:
+        svc.stop()

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
@@ -336,9 +337,32 @@ static void queue_fork(pid_t pid, pid_t parent)
 	g_array_append_val(S.forks, f);
 }
 
+/* Is process pid any target's (by its matchers)? */
+static bool target_matches_any(pid_t pid)
+{
+	return target_of(pid) != NULL;
+}
+
+/* The first target matching by `exe` alone whose file is (dev, ino): dev
+ * the kernel's dev_t as struct ch_exec_event gives it.  NULL if none, or
+ * if the file cannot be read now. */
+static const struct serve_target *exe_target_of_file(uint32_t dev, uint64_t ino)
+{
+	for (size_t i = 0; i < S.cfg.ntargets && dev; i++) {
+		const struct serve_target *t = &S.cfg.targets[i];
+		struct stat st;
+
+		if (t->exe && !t->unit && !t->cgroup && !t->pidfile && stat(t->exe, &st) == 0 &&
+		    (uint64_t)st.st_ino == ino && major(st.st_dev) == dev >> 20 && minor(st.st_dev) == (dev & 0xfffff))
+			return t;
+	}
+	return NULL;
+}
+
 int on_exec_event(void *ctx, void *data, size_t size)
 {
 	const struct ch_exec_event *e = data;
+	unsigned long long st = 0;
 
 	if (size < sizeof(*e))
 		return 0;
@@ -348,6 +372,18 @@ int on_exec_event(void *ctx, void *data, size_t size)
 		return 0;
 	}
 	S.execs_seen++;
+	if (proc_starttime((pid_t)e->tgid, &st) < 0 || !target_matches_any((pid_t)e->tgid)) {
+		/* gone already, or not (or no longer) a target's program: an
+		 * exe-only target whose file this was missed it */
+		const struct serve_target *t = exe_target_of_file(e->dev, e->ino);
+
+		if (t && process_gone((pid_t)e->tgid, st)) {
+			S.missed_total++;
+			S.gone_total++;
+			slog(LOG_INFO, "target %s: PID %u ended before it was looked at", t->name, e->tgid);
+			return 0;
+		}
+	}
 	consider((pid_t)e->tgid, true);
 	return 0;
 }

@@ -413,6 +413,10 @@ static GString *metrics_text(void)
 			       "# HELP camlheap_processes_missed_total Processes that ended before their worker attached.\n"
 			       "# TYPE camlheap_processes_missed_total counter\n"
 			       "camlheap_processes_missed_total %llu\n"
+			       "# HELP camlheap_processes_gone_before_seen_total Processes of a target's program (exe alone) that "
+			       "ended before the service looked at them (counted in missed too).\n"
+			       "# TYPE camlheap_processes_gone_before_seen_total counter\n"
+			       "camlheap_processes_gone_before_seen_total %llu\n"
 			       "# HELP camlheap_processes_skipped_total Processes of an executable found unprofilable before.\n"
 			       "# TYPE camlheap_processes_skipped_total counter\n"
 			       "camlheap_processes_skipped_total %llu\n"
@@ -427,7 +431,8 @@ static GString *metrics_text(void)
 			       "camlheap_forks_seen_total %llu\n"
 ,
 			       (unsigned long long)S.started_total, (unsigned long long)S.failed_total,
-			       (unsigned long long)S.missed_total, (unsigned long long)S.skipped_total,
+			       (unsigned long long)S.missed_total, (unsigned long long)S.gone_total,
+			       (unsigned long long)S.skipped_total,
 			       (unsigned long long)S.limited_total, (unsigned long long)S.execs_seen,
 			       (unsigned long long)S.forks_seen);
 	for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {

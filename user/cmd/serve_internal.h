@@ -120,6 +120,7 @@ struct service {
 	uint64_t watchdog_usec;
 	double next_watchdog, next_pidfiles, next_retention;
 	uint64_t execs_seen, started_total, failed_total, missed_total, skipped_total, limited_total;
+	uint64_t gone_total;      /* missed before they were looked at (exe-only targets, on_exec_event) */
 	bool over_limit;          /* a process was left for max-processes: scan /proc when a worker ends */
 	double interval_override; /* serve --interval, or 0 */
 	GHashTable *unsupported;  /* exe_key -> why (char *): executables not to try again until SIGHUP */
