@@ -337,12 +337,6 @@ static void queue_fork(pid_t pid, pid_t parent)
 	g_array_append_val(S.forks, f);
 }
 
-/* Is process pid any target's (by its matchers)? */
-static bool target_matches_any(pid_t pid)
-{
-	return target_of(pid) != NULL;
-}
-
 /* The first target matching by `exe` alone whose file is (dev, ino): dev
  * the kernel's dev_t as struct ch_exec_event gives it.  NULL if none, or
  * if the file cannot be read now. */
@@ -372,17 +366,16 @@ int on_exec_event(void *ctx, void *data, size_t size)
 		return 0;
 	}
 	S.execs_seen++;
-	if (proc_starttime((pid_t)e->tgid, &st) < 0 || !target_matches_any((pid_t)e->tgid)) {
-		/* gone already, or not (or no longer) a target's program: an
-		 * exe-only target whose file this was missed it */
+	if (proc_starttime((pid_t)e->tgid, &st) < 0 || process_gone((pid_t)e->tgid, st)) {
+		/* gone already: an exe-only target whose file this was missed it */
 		const struct serve_target *t = exe_target_of_file(e->dev, e->ino);
 
-		if (t && process_gone((pid_t)e->tgid, st)) {
+		if (t) {
 			S.missed_total++;
 			S.gone_total++;
 			slog(LOG_INFO, "target %s: PID %u ended before it was looked at", t->name, e->tgid);
-			return 0;
 		}
+		return 0;
 	}
 	consider((pid_t)e->tgid, true);
 	return 0;
