@@ -262,7 +262,11 @@ void consider(pid_t pid, bool exec)
 			w->reexec = true;
 		return;
 	}
-	t = group_of(pid, &parent, 0);
+	/* a process that has just exec'd is no fork child of its parent any
+	 * more (its struct mm_ident is new): only the matchers; a process found
+	 * running may be one */
+	parent = 0;
+	t = exec ? target_of(pid) : group_of(pid, &parent, 0);
 	if (t)
 		start_worker(t, pid, parent);
 }
