@@ -692,7 +692,7 @@ static __always_inline void emit_note(__u8 kind, __u64 arg)
 /* exec replaced a profiled process's image: forget the process, so that
  * probes still firing in the new image (the same executable run again keeps
  * its uprobes) sample nothing with the old load bias. */
-SEC("tp_btf/sched_process_exec") /* a raw tracepoint: needs no tracefs */
+SEC("raw_tp/sched_process_exec") /* needs no tracefs, and no kernel BTF at the load (kernel_btf.h) */
 int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -727,7 +727,7 @@ static __always_inline struct ch_exit *exit_entry(__u32 tgid)
  * task->exit_code before this tracepoint (kernel/exit.c); for exit_group and
  * fatal signals every thread carries the group's code (do_group_exit), and
  * the last thread to go leaves the process's own. */
-SEC("tp_btf/sched_process_exit")
+SEC("raw_tp/sched_process_exit")
 int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;

@@ -42,6 +42,7 @@ def report(ok, name, detail="", secs=None):
 # table and symbols of a fixture against its source's SITE markers.
 UNIT_ARGS = {
     "unit_parsers": [chtest.fixture("chain"), os.path.join(chtest.FIXTURE_SRC, "chain.ml")],
+    "unit_kernel_btf": [os.path.join(chtest.BUILD, "bpf", "alloc.bpf.o")],
 }
 
 

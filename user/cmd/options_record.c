@@ -107,6 +107,8 @@ static const struct argp_option record_options[] = {
 	  0 },
 	{ "trap-cost", OPT_TRAP_COST, "E,S,R", OPTION_HIDDEN,
 	  "Serve worker: the service's trap-cost calibration, ns (emulated, stepped, return)", 0 },
+	{ "kernel-btf", OPT_KERNEL_BTF, "FILE", OPTION_HIDDEN,
+	  "Serve worker: the kernel types the BPF object reads (the service's sampler_kernel_btf)", 0 },
 	{ 0 }
 };
 
@@ -327,6 +329,9 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_OUTDIR:
 		o->outdir = arg;
+		break;
+	case OPT_KERNEL_BTF:
+		o->kernel_btf = arg;
 		break;
 	case OPT_MAX_TRACKED:
 		if (parse_long(arg, &v) || v < 1 || v > (1L << 24))

@@ -58,6 +58,7 @@ struct record_opts {
 	int base_nice;             /* ... and returns to this nice value after its attach */
 	bool trap_given;           /* --trap-cost: the service's calibration (trap_cost_calibrate, once per host) ... */
 	double trap_ns[3];         /* ... emulated, stepped, return trap, ns */
+	const char *kernel_btf;    /* --kernel-btf: the service's cut of the kernel's BTF (sampler_config) */
 	/* `camlheap top` (top.h): the live view instead of a report */
 	const struct top_opts *topo;
 };

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,6 +28,7 @@
 #include "camlheap.h"
 #include "cmd/serve_internal.h"
 #include "discover.skel.h"
+#include "collect/sampler.h"
 #include "target/proc.h"
 
 struct service S;
@@ -267,6 +269,7 @@ static void init_service(const char *config_path, const char *real, double inter
 	memset(&S, 0, sizeof(S));
 	S.unix_fd = -1;
 	S.stats_fd = -1;
+	S.kbtf_fd = -1;
 	S.config_path = real ? real : config_path;
 	S.journal = stderr_is_journal();
 	S.start_unix = now_real();
@@ -344,6 +347,17 @@ static int block_signals(void)
 
 /* Before any BPF object is loaded: the memlock limit lifted, run-time
  * statistics on. */
+/* fd moved to a descriptor >= 10, close-on-exec (fd itself if it cannot be) */
+static int dup_high_and_close(int fd)
+{
+	int hi = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+
+	if (hi < 0)
+		return fd;
+	close(fd);
+	return hi;
+}
+
 static void prepare_bpf(void)
 {
 	/* workers each hold a ring buffer and maps */
@@ -474,6 +488,8 @@ static void teardown(int sigfd)
 	discover_bpf__destroy(S.disc);
 	if (S.stats_fd >= 0)
 		close(S.stats_fd);
+	if (S.kbtf_fd >= 0)
+		close(S.kbtf_fd);
 	rm_tmpdir();
 	pthread_mutex_lock(&S.lk);
 	while (S.workers) {
@@ -522,6 +538,11 @@ int serve_run(const char *config_path, double interval_s)
 	 * while the others attach */
 	if (trap_cost_calibrate(&S.trap, err, sizeof(err)) < 0)
 		S.trap.valid = false;
+	/* and the kernel's BTF, 5.5 MB each worker would read and parse (~40 ms) */
+	if ((S.kbtf_fd = sampler_kernel_btf(err, sizeof(err))) < 0)
+		slog(LOG_INFO, "workers read the kernel's whole BTF: %s", err);
+	else /* above the descriptors a spawn sets (spawn_worker): no dup2 there clobbers it */
+		S.kbtf_fd = dup_high_and_close(S.kbtf_fd);
 	/* after the HTTP thread started (it keeps the service's priority):
 	 * on a busy host, a new process is seen and its worker started (and
 	 * its worker's start-up, before it raises its own) at the attach's

@@ -132,6 +132,8 @@ struct service {
 	bool nice_raised;
 	int base_nice;
 	struct trap_cost trap;    /* calibrated once for the workers (record --trap-cost) */
+	int kbtf_fd;              /* the kernel types the workers' BPF object reads, cut once (sampler_kernel_btf,
+				   * record --kernel-btf): -1 if refused (each worker then reads the whole BTF) */
 	size_t nworkers_fds;      /* workers in the table (each holds up to 2 descriptors) */
 	double start_unix;
 	int stats_fd;             /* BPF run-time statistics kept on while this is open */

@@ -87,6 +87,8 @@ static int spawn_worker(const char **argv, int sv, int ep, pid_t *wpid)
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, sv, 3);
 	posix_spawn_file_actions_adddup2(&fa, ep, 2);
+	if (S.kbtf_fd >= 0) /* record --kernel-btf /proc/self/fd/4 */
+		posix_spawn_file_actions_adddup2(&fa, S.kbtf_fd, 4);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	posix_spawnattr_init(&at);
@@ -201,6 +203,10 @@ void start_worker(const struct serve_target *t, pid_t pid, pid_t fork_parent)
 		snprintf(strap, sizeof(strap), "%.6g,%.6g,%.6g", S.trap.emulated_ns, S.trap.stepped_ns, S.trap.return_ns);
 		argv[argc++] = "--trap-cost";
 		argv[argc++] = strap;
+	}
+	if (S.kbtf_fd >= 0) {
+		argv[argc++] = "--kernel-btf";
+		argv[argc++] = "/proc/self/fd/4";
 	}
 	argv[argc] = NULL;
 

@@ -179,7 +179,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 		 struct sampler **out, char *err, size_t errlen)
 {
 	struct sampler *s = calloc(1, sizeof(*s));
-	int ret;
+	int ret, kfd = -1;
 
 	if (!s)
 		return -ENOMEM;
@@ -201,7 +201,7 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	s->max_tracked = !cfg->census ? 1 : cfg->max_tracked ? cfg->max_tracked : sampler_default_max_tracked(cfg->rate);
 	libbpf_set_print(libbpf_quiet);
 
-	s->skel = alloc_bpf__open();
+	s->skel = sampler_open_object(cfg, &kfd);
 	if (!s->skel) {
 		ret = -errno;
 		snprintf(err, errlen, "cannot open the BPF object: %s", strerror(-ret));
@@ -236,6 +236,9 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	if (ret)
 		goto fail;
 	ret = alloc_bpf__load(s->skel); /* at PROC_ATTACH_NICE: record raises the whole attach (proc.h) */
+	if (kfd >= 0)
+		close(kfd); /* libbpf has read it */
+	kfd = -1;
 	if (ret) {
 		ret = ret < 0 ? ret : -errno;
 		if (ret == -ENOMEM)
@@ -275,6 +278,8 @@ int sampler_open(const struct sampler_config *cfg, const struct frametable *ft, 
 	*out = s;
 	return 0;
 fail:
+	if (kfd >= 0)
+		close(kfd);
 	sampler_close(s);
 	return ret;
 }

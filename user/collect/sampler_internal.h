@@ -71,6 +71,13 @@ void sampler_runtime_programs(struct alloc_bpf *skel, bool rt_five, struct bpf_p
 bool sampler_probe_wanted(int i, const struct ocaml_runtime *rt, bool minor_on, bool regexec, bool minor_observe,
 			  bool census_on);
 
+/* sampler_plan.c.  The BPF object opened with the kernel types its CO-RE
+ * relocations read (libbpf's btf_custom_path): cfg->kernel_btf's, else a
+ * cut made here in a memfd (*kfd, to close after the load; -1 if none),
+ * else, the cut refused (said under CAMLHEAP_DEBUG), libbpf reads the
+ * kernel's whole BTF.  NULL with errno set if it cannot be opened. */
+struct alloc_bpf *sampler_open_object(const struct sampler_config *cfg, int *kfd);
+
 /* Before the load: only the programs of cfg's plan are loaded, as
  * uprobe_multi programs where the kernel has them (s->multi set). */
 void sampler_select_programs(struct sampler *s, const struct sampler_config *cfg);

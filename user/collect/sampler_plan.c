@@ -6,13 +6,41 @@
 #include "collect/sampler_internal.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <bpf/libbpf.h>
 
 #include "alloc.skel.h"
+#include "collect/kernel_btf.h"
 #include "collect/uprobe_multi.h"
+
+int sampler_kernel_btf(char *err, size_t errlen)
+{
+	size_t sz;
+	const void *elf = alloc_bpf__elf_bytes(&sz);
+
+	return kernel_btf_memfd(elf, sz, err, errlen);
+}
+
+struct alloc_bpf *sampler_open_object(const struct sampler_config *cfg, int *kfd)
+{
+	char path[64], why[256];
+	LIBBPF_OPTS(bpf_object_open_opts, opts);
+
+	*kfd = -1;
+	if (cfg->kernel_btf) {
+		opts.btf_custom_path = cfg->kernel_btf;
+	} else if ((*kfd = sampler_kernel_btf(why, sizeof(why))) >= 0) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", *kfd);
+		opts.btf_custom_path = path; /* read at the load: *kfd open until then */
+	} else if (getenv("CAMLHEAP_DEBUG")) { /* libbpf reads the kernel's whole BTF itself */
+		fprintf(stderr, "camlheap: the kernel's BTF is read whole: %s\n", why);
+	}
+	return alloc_bpf__open_opts(&opts);
+}
 
 /* The program of each runtime probe (several probes may share one). */
 void sampler_runtime_programs(struct alloc_bpf *skel, bool rt_five, struct bpf_program *progs[OCAML_PROBE__COUNT])
