@@ -158,11 +158,31 @@ void sampler_select_programs(struct sampler *s, const struct sampler_config *cfg
 	}
 }
 
+/* Entries of a map keyed by thread for what a thread has in flight (an
+ * allocation between its entry and return probes, a young_limit write
+ * asked for): 1024 threads at once, plus the 128 entries each CPU's LRU
+ * free list may hold before an update evicts (kernel/bpf/bpf_lru_list.c
+ * LOCAL_FREE_TARGET).  The kernel preallocates every entry at the load:
+ * 8192 for each of five maps was 13 ms of a 2-CPU host's attach. */
+static uint32_t thread_slots(void)
+{
+	int cpus = libbpf_num_possible_cpus();
+
+	return 1024 + 128 * (uint32_t)(cpus > 0 ? cpus : 64);
+}
+
 void sampler_size_maps(struct sampler *s, const struct sampler_config *cfg)
 {
 	/* the maps of what this plan does not do: one entry (the
 	 * kernel preallocates and zeroes the others at load) */
 	bool five = cfg->runtime->major == 5;
+	uint32_t slots = thread_slots();
+
+	bpf_map__set_max_entries(s->skel->maps.inflight_by_tid, slots);
+	bpf_map__set_max_entries(s->skel->maps.dispatch_inflight, slots);
+	bpf_map__set_max_entries(s->skel->maps.ba_inflight, slots);
+	bpf_map__set_max_entries(s->skel->maps.custom_inflight, slots);
+	bpf_map__set_max_entries(s->skel->maps.write_req, slots);
 
 	if (!cfg->malloc)
 		bpf_map__set_max_entries(s->skel->maps.malloc_inflight, 1);
