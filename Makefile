@@ -27,8 +27,10 @@ CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncatio
             -I$(BUILD)/gen
 # Recursive (=): pkg-config runs in recipes, after `deps` installed it.
 CFLAGS   += $(shell pkg-config --cflags glib-2.0 json-glib-1.0 libmicrohttpd libsystemd libcurl 2>/dev/null)
+# libmicrohttpd and libcurl: headers only; loaded by the commands that use
+# them (user/cmd/ondemand.h), not at every start
 LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread -lprotobuf-c \
-           $(shell pkg-config --libs glib-2.0 json-glib-1.0 libmicrohttpd libsystemd libcurl ncursesw 2>/dev/null)
+           $(shell pkg-config --libs glib-2.0 json-glib-1.0 libsystemd ncursesw 2>/dev/null)
 
 BPF_CFLAGS := -O2 -g -target bpf -mcpu=v3 -D__TARGET_ARCH_x86 -I. -Iinclude -Wall -Wno-unused-function
 

@@ -1215,3 +1215,41 @@ def test_serve_accounts_for_every_process_of_its_program_even_those_gone_before_
         assert svc.stop() == 0
     finally:
         svc.stop()
+
+
+def test_http_libraries_load_only_where_used_and_a_broken_one_is_named():
+    """libmicrohttpd and libcurl (and the GnuTLS, Kerberos, LDAP... they
+    pull in: 28 libraries, 16 ms of each start) are loaded by serve's HTTP
+    endpoints and `status` alone (user/cmd/ondemand.h): a worker maps
+    neither.  Where the one found is not the right library, the command
+    says which and what it lacks, and exits non-zero."""
+    svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, PORT_BASE + 23, interval=60)
+    p, _ = start_idle()
+    try:
+        svc.wait_state(p.pid, "recording")
+        wpid = svc.processes()[p.pid]["worker_pid"]
+        with open("/proc/%d/maps" % wpid) as f:
+            maps = f.read()
+        with open("/proc/%d/maps" % svc.proc.pid) as f:
+            service_maps = f.read()
+        assert "libmicrohttpd" in service_maps
+        assert "libmicrohttpd" not in maps and "libcurl" not in maps and "libgnutls" not in maps, \
+            sorted({l.split()[-1] for l in maps.splitlines() if ".so" in l})
+    finally:
+        stop_both(svc, p)
+    d = chtest.tmpdir()
+    for name in ("libmicrohttpd.so.12", "libcurl.so.4"):
+        subprocess.run(["cc", "-shared", "-o", os.path.join(d, name), "-x", "c", "/dev/null"], check=True)
+    env = dict(os.environ, LD_LIBRARY_PATH=d)
+    st = subprocess.run([CAMLHEAP, "status", "--socket", os.path.join(d, "s.sock")], stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, env=env)
+    assert st.returncode == 1 and b"libcurl.so.4 has no curl_easy_" in st.stderr, st
+    conf = os.path.join(d, "c.conf")
+    with open(conf, "w") as f:
+        f.write("[serve]\noutput = %s/out\nlisten = 127.0.0.1:%d\n[target:idle]\nexe = %s\n"
+                % (d, PORT_BASE + 23, fixture("idle")))
+    sv = subprocess.run([CAMLHEAP, "serve", "--config", conf], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        env=env, timeout=60)
+    assert sv.returncode == 2 and b"libmicrohttpd.so.12 has no MHD_" in sv.stderr, sv
+    ver = subprocess.run([CAMLHEAP, "--version"], stdout=subprocess.PIPE, env=env)
+    assert ver.returncode == 0, ver

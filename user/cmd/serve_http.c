@@ -22,12 +22,13 @@
 
 #include <glib.h>
 #include <json-glib/json-glib.h>
-#include <microhttpd.h>
-
+#include "cmd/ondemand.h"
 #include "cmd/serve_internal.h"
 #include "output/jsonw.h"
 
 /* in enum wstate's order (serve_internal.h) */
+static const struct ondemand_mhd *mhd; /* loaded by start_http */
+
 static const char *const wstate_names[] = { "attaching", "recording", "exited", "failed", "missed", "detached" };
 
 static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned code, const char *type, const char *fmt, ...)
@@ -42,29 +43,29 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned code, const
 	va_start(ap, fmt);
 	s = g_strdup_vprintf(fmt, ap);
 	va_end(ap);
-	r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+	r = mhd->MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
 	if (!r) {
 		g_free(s);
 		return MHD_NO;
 	}
 	/* g_strdup_vprintf's memory is malloc'd: MHD frees it with free() */
-	MHD_add_response_header(r, "Content-Type", type);
-	ret = MHD_queue_response(c, code, r);
-	MHD_destroy_response(r);
+	mhd->MHD_add_response_header(r, "Content-Type", type);
+	ret = mhd->MHD_queue_response(c, code, r);
+	mhd->MHD_destroy_response(r);
 	return ret;
 }
 
 static enum MHD_Result reply_string(struct MHD_Connection *c, unsigned code, const char *type, GString *s)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(s->len, s->str, MHD_RESPMEM_MUST_COPY);
+	struct MHD_Response *r = mhd->MHD_create_response_from_buffer(s->len, s->str, MHD_RESPMEM_MUST_COPY);
 	enum MHD_Result ret;
 
 	g_string_free(s, TRUE);
 	if (!r)
 		return MHD_NO;
-	MHD_add_response_header(r, "Content-Type", type);
-	ret = MHD_queue_response(c, code, r);
-	MHD_destroy_response(r);
+	mhd->MHD_add_response_header(r, "Content-Type", type);
+	ret = mhd->MHD_queue_response(c, code, r);
+	mhd->MHD_destroy_response(r);
 	return ret;
 }
 
@@ -73,8 +74,8 @@ static enum MHD_Result reply_string(struct MHD_Connection *c, unsigned code, con
  * followed now; else its newest).  Under S.lk.  NULL with a message. */
 static struct worker *request_worker(struct MHD_Connection *c, char *why, size_t len, unsigned *code)
 {
-	const char *spid = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "pid");
-	const char *tname = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "target");
+	const char *spid = mhd->MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "pid");
+	const char *tname = mhd->MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "target");
 	struct worker *best = NULL;
 	unsigned nactive = 0;
 
@@ -174,16 +175,16 @@ static enum MHD_Result reply_fd(struct MHD_Connection *c, int fd, const char *ty
 		close(fd);
 		return MHD_NO;
 	}
-	r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
+	r = mhd->MHD_create_response_from_fd((uint64_t)st.st_size, fd);
 	if (!r) {
 		close(fd);
 		return MHD_NO;
 	}
 	snprintf(disp, sizeof(disp), "attachment; filename=\"%s\"", filename);
-	MHD_add_response_header(r, "Content-Type", type);
-	MHD_add_response_header(r, "Content-Disposition", disp);
-	ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-	MHD_destroy_response(r);
+	mhd->MHD_add_response_header(r, "Content-Type", type);
+	mhd->MHD_add_response_header(r, "Content-Disposition", disp);
+	ret = mhd->MHD_queue_response(c, MHD_HTTP_OK, r);
+	mhd->MHD_destroy_response(r);
 	return ret;
 }
 
@@ -193,7 +194,7 @@ static enum MHD_Result reply_fd(struct MHD_Connection *c, int fd, const char *ty
  * first followed); an ended process's last profile. */
 static enum MHD_Result serve_pprof(struct MHD_Connection *c, const char *what)
 {
-	const char *secs = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "seconds");
+	const char *secs = mhd->MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "seconds");
 	char why[1024], name[128];
 	unsigned code;
 	struct worker *w;
@@ -236,7 +237,7 @@ static enum MHD_Result serve_pprof(struct MHD_Connection *c, const char *what)
 /* /debug/memtrace?pid=N&seconds=S: a memtrace recording of the next S seconds. */
 static enum MHD_Result serve_memtrace(struct MHD_Connection *c)
 {
-	const char *secs = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "seconds");
+	const char *secs = mhd->MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "seconds");
 	char why[1024], name[128], arg[32];
 	double s = secs ? strtod(secs, NULL) : 10;
 	unsigned code;
@@ -534,6 +535,9 @@ int start_http(char *err, size_t len)
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG |
 			 MHD_USE_POLL;
 
+	if (!(mhd = ondemand_mhd(err, len)))
+		return -ENOENT;
+
 	if (strcmp(S.cfg.listen, "none")) {
 		char host[256];
 		const char *colon = strrchr(S.cfg.listen, ':');
@@ -553,7 +557,7 @@ int start_http(char *err, size_t len)
 		}
 		mhd_starting = true;
 		mhd_last[0] = 0;
-		S.http = MHD_start_daemon(flags | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+		S.http = mhd->MHD_start_daemon(flags | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
 					  (uint16_t)atoi(colon + 1), NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR,
 					  ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_CONNECTION_LIMIT,
 					  HTTP_MAX_CONN, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 16u, MHD_OPTION_EXTERNAL_LOGGER,
@@ -615,7 +619,7 @@ int start_http(char *err, size_t len)
 		}
 		mhd_starting = true;
 		mhd_last[0] = 0;
-		S.unix_http = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, S.unix_fd,
+		S.unix_http = mhd->MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, S.unix_fd,
 					       MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_CONNECTION_LIMIT, HTTP_MAX_CONN,
 					       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 		mhd_starting = false;
@@ -630,9 +634,9 @@ int start_http(char *err, size_t len)
 void stop_http(void)
 {
 	if (S.http)
-		MHD_stop_daemon(S.http);
+		mhd->MHD_stop_daemon(S.http);
 	if (S.unix_http)
-		MHD_stop_daemon(S.unix_http);
+		mhd->MHD_stop_daemon(S.unix_http);
 	S.http = S.unix_http = NULL;
 	if (S.cfg.socket && S.sock_ino) {
 		struct stat st;

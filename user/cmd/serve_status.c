@@ -8,10 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #include <glib.h>
 #include <json-glib/json-glib.h>
 
+#include "cmd/ondemand.h"
 #include "cmd/serve.h"
 
 static size_t on_body(char *data, size_t size, size_t n, void *ctx)
@@ -35,16 +35,17 @@ static const char *human_bytes(double b, char *buf, size_t len)
 
 int serve_status(const char *sock, const char *url, bool json)
 {
-	CURL *c = curl_easy_init();
-	GString *body = g_string_new(NULL);
 	char full[1024], cerr[CURL_ERROR_SIZE] = "";
+	const struct ondemand_curl *cu = ondemand_curl(cerr, sizeof(cerr));
+	CURL *c = cu ? cu->curl_easy_init() : NULL;
+	GString *body = g_string_new(NULL);
 	long code = 0;
 	CURLcode cr;
 	JsonParser *p = NULL;
 	int ret = 1;
 
 	if (!c) {
-		fprintf(stderr, "camlheap: cannot initialise libcurl\n");
+		fprintf(stderr, "camlheap: %s\n", cu ? "cannot initialise libcurl" : cerr);
 		g_string_free(body, TRUE);
 		return 1;
 	}
@@ -56,36 +57,36 @@ int serve_status(const char *sock, const char *url, bool json)
 				"camlheap: no camlheap serve socket at %s (%s): is the service running, with `socket = %s` "
 				"in its configuration? (or give --url http://HOST:PORT, its `listen =`)\n",
 				sock, errno && stat(sock, &st) < 0 ? strerror(errno) : "not a socket", sock);
-			curl_easy_cleanup(c);
+			cu->curl_easy_cleanup(c);
 			g_string_free(body, TRUE);
 			return 1;
 		}
 		if (access(sock, R_OK | W_OK) < 0) {
 			fprintf(stderr, "camlheap: %s: %s: the service's socket is root's (mode 0600); run camlheap status "
 					"as root\n", sock, strerror(errno));
-			curl_easy_cleanup(c);
+			cu->curl_easy_cleanup(c);
 			g_string_free(body, TRUE);
 			return 1;
 		}
 	}
 	snprintf(full, sizeof(full), "%s/targets", url ? url : "http://localhost");
-	curl_easy_setopt(c, CURLOPT_URL, full);
+	cu->curl_easy_setopt(c, CURLOPT_URL, full);
 	if (sock)
-		curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
-	cr = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-	curl_easy_cleanup(c);
+		cu->curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
+	cu->curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	cu->curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
+	cu->curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+	cu->curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+	cr = cu->curl_easy_perform(c);
+	cu->curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+	cu->curl_easy_cleanup(c);
 	if (cr != CURLE_OK || code != 200) {
 		fprintf(stderr,
 			"camlheap: cannot reach camlheap serve at %s: %s\n"
 			"  is it running (systemctl status camlheap)?%s\n",
 			sock ? sock : full,
 			cr != CURLE_OK ? (sock ? "the socket does not answer (a service that died left it)"
-					       : cerr[0] ? cerr : curl_easy_strerror(cr))
+					       : cerr[0] ? cerr : cu->curl_easy_strerror(cr))
 				       : "unexpected HTTP status",
 			sock ? "" : " is that its `listen =` address?");
 		goto out;
