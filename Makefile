@@ -88,7 +88,7 @@ $(BUILD)/user/%.o: user/%.c user/*/*.h include/*.h $(SKELS) $(BUILD)/gen/profile
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/camlheap: $(BUILD)/user/cmd/main.o $(USER_OBJS)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
 # --- tests -------------------------------------------------------------------
 # Fixtures: tests/fixtures/NAME.ml [+ NAME_stubs.c] -> build/fixtures/NAME,
@@ -135,9 +135,9 @@ $(BUILD)/fixtures/victim: tests/fixtures/victim.c
 
 fixtures: $(FIXTURES) $(BUILD)/fixtures/hello_byte.byte $(BUILD)/fixtures/dynplug.cmxs $(BUILD)/fixtures/victim
 
-$(BUILD)/tests/unit_%: tests/unit_%.c $(USER_OBJS)
+$(BUILD)/tests/unit_%: tests/unit_%.c tests/unit_check.h $(USER_OBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
 unit: $(UNIT_BINS) $(BUILD)/tests/fuzz_memtrace
 

@@ -8,7 +8,7 @@ import re
 import subprocess
 
 import chtest
-from chtest import CAMLHEAP, fixture
+from chtest import fixture
 
 PATCHED = re.compile(r"prog '(\w+)': relo #(\d+): patched insn #(\d+) .*")
 LOADING = "loading kernel BTF '/sys/kernel/btf/vmlinux'"
@@ -67,12 +67,8 @@ def test_serve_workers_read_the_services_cut_of_the_kernel_btf():
     """Each worker is given the service's cut (a sealed memfd as its
     descriptor 4, record --kernel-btf /proc/self/fd/4), so 20 workers
     attaching at once do not each read and parse the kernel's 5.5 MB."""
-    from test_serve import PORT_BASE, Service, start_idle, stop_both
-    svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, PORT_BASE + 22, interval=60)
-    p, _ = start_idle()
-    try:
-        svc.wait_state(p.pid, "recording")
-        wpid = svc.processes()[p.pid]["worker_pid"]
+    from test_serve import PORT_BASE, one_idle_worker
+    with one_idle_worker(PORT_BASE + 22) as (_, _, wpid):
         with open("/proc/%d/cmdline" % wpid) as f:
             argv = f.read().split("\0")
         assert argv[argv.index("--kernel-btf") + 1] == "/proc/self/fd/4", argv
@@ -81,5 +77,3 @@ def test_serve_workers_read_the_services_cut_of_the_kernel_btf():
         with open("/proc/%d/fd/4" % wpid, "rb") as f:
             data = f.read()
         assert data[:2] == b"\x9f\xeb" and len(data) < 64 * 1024, (data[:16], len(data))
-    finally:
-        stop_both(svc, p)

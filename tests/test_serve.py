@@ -16,6 +16,7 @@ configuration naming fixture binaries.
   service, then its descriptors, memory, children and the host's BPF
   programs, maps and links compared with before.
 """
+import contextlib
 import gzip
 import json
 import math
@@ -128,6 +129,19 @@ def start_idle(n=5):
     line = p.stdout.readline().decode()
     assert line.startswith("READY"), line
     return p, t
+
+
+@contextlib.contextmanager
+def one_idle_worker(port):
+    """A service following one idle fixture process, once its worker
+    records: yields (service, process, the worker's PID)."""
+    svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, port, interval=60)
+    p, _ = start_idle()
+    try:
+        svc.wait_state(p.pid, "recording")
+        yield svc, p, svc.processes()[p.pid]["worker_pid"]
+    finally:
+        stop_both(svc, p)
 
 
 def test_serve_follows_three_instances_and_a_restart_and_rotates_files():
@@ -1223,11 +1237,7 @@ def test_http_libraries_load_only_where_used_and_a_broken_one_is_named():
     endpoints and `status` alone (user/cmd/ondemand.h): a worker maps
     neither.  Where the one found is not the right library, the command
     says which and what it lacks, and exits non-zero."""
-    svc = Service({"idle": "exe = %s\nrate = 1e-3" % fixture("idle")}, PORT_BASE + 23, interval=60)
-    p, _ = start_idle()
-    try:
-        svc.wait_state(p.pid, "recording")
-        wpid = svc.processes()[p.pid]["worker_pid"]
+    with one_idle_worker(PORT_BASE + 23) as (svc, _, wpid):
         with open("/proc/%d/maps" % wpid) as f:
             maps = f.read()
         with open("/proc/%d/maps" % svc.proc.pid) as f:
@@ -1235,8 +1245,6 @@ def test_http_libraries_load_only_where_used_and_a_broken_one_is_named():
         assert "libmicrohttpd" in service_maps
         assert "libmicrohttpd" not in maps and "libcurl" not in maps and "libgnutls" not in maps, \
             sorted({l.split()[-1] for l in maps.splitlines() if ".so" in l})
-    finally:
-        stop_both(svc, p)
     d = chtest.tmpdir()
     for name in ("libmicrohttpd.so.12", "libcurl.so.4"):
         subprocess.run(["cc", "-shared", "-o", os.path.join(d, name), "-x", "c", "/dev/null"], check=True)

@@ -17,22 +17,7 @@
 
 #include "collect/kernel_btf.h"
 
-static int failures;
-
-static void check(int ok, const char *name, const char *fmt, ...)
-{
-	if (ok) {
-		printf("PASS %s\n", name);
-		return;
-	}
-	va_list ap;
-	printf("FAIL %s: ", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	failures++;
-}
+#include "unit_check.h"
 
 static __u32 skip(const struct btf *b, __u32 id)
 {

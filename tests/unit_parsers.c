@@ -40,23 +40,7 @@
 #define DEFAULT_BININFO "../shared/tools/ocaml_bininfo.py" /* beside the repository; tests run from its top */
 #define MAX_LOCS 32
 
-static int failures;
-
-static void check(bool ok, const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (ok) {
-		printf("PASS %s\n", name);
-		return;
-	}
-	failures++;
-	printf("FAIL %s: ", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-}
+#include "unit_check.h"
 
 static bool ends_with(const char *s, const char *suffix)
 {

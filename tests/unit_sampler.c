@@ -21,22 +21,7 @@
 #include "collect/sampler.h"
 #include "collect/ptexec5.h"
 
-static int failures;
-
-static void check(int ok, const char *name, const char *fmt, ...)
-{
-	if (ok) {
-		printf("PASS %s\n", name);
-		return;
-	}
-	va_list ap;
-	printf("FAIL %s: ", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	failures++;
-}
+#include "unit_check.h"
 
 /* The pool must be a sample of the geometric law Geom(lambda) on {1,2,...}:
  * mean 1/lambda, P(G > k) = (1-lambda)^k.  Stratification makes the
