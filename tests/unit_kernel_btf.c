@@ -4,7 +4,9 @@
  * the other with the same size, every member reached by name at the same
  * bit offset, of a type of the same kind and size.  Then the libbpf
  * relocation of a real load with the cut: tests/test_recording.py.
- * argv[1]: the BPF object (build/bpf/alloc.bpf.o).
+ * argv[1]: the BPF object (build/bpf/alloc.bpf.o); argv[2], optional: a
+ * kernel's BTF (raw, or a vmlinux ELF: another kernel's), else the running
+ * kernel's.
  * Prints "PASS name" / "FAIL name: why"; exits 1 on any failure. */
 #include <errno.h>
 #include <stdarg.h>
@@ -151,8 +153,9 @@ static void *slurp(const char *path, size_t *size)
 int main(int argc, char **argv)
 {
 	const char *obj = argc > 1 ? argv[1] : "build/bpf/alloc.bpf.o";
+	const char *kpath = argc > 2 ? argv[2] : "/sys/kernel/btf/vmlinux";
 	char tmp[] = "/tmp/camlheap-unit-btf-XXXXXX", cmd[1024], why[512] = "", err[256] = "";
-	struct btf *k = btf__load_vmlinux_btf(), *mine = NULL, *theirs;
+	struct btf *k = argc > 2 ? btf__parse(kpath, NULL) : btf__load_vmlinux_btf(), *mine = NULL, *theirs;
 	size_t size = 0;
 	void *elf = slurp(obj, &size);
 	int fd = mkstemp(tmp), n, bad;
@@ -165,7 +168,8 @@ int main(int argc, char **argv)
 	close(fd);
 	n = kernel_btf_cut(elf, size, k, &mine, err, sizeof(err));
 	check(n > 0 && mine, "kernel_btf_cut_follows_the_relocations", "%d: %s", n, err);
-	snprintf(cmd, sizeof(cmd), "%s gen min_core_btf /sys/kernel/btf/vmlinux %s %s", getenv("BPFTOOL") ? getenv("BPFTOOL") : "bpftool", tmp, obj);
+	snprintf(cmd, sizeof(cmd), "%s gen min_core_btf %s %s %s", getenv("BPFTOOL") ? getenv("BPFTOOL") : "bpftool", kpath,
+		 tmp, obj);
 	theirs = system(cmd) == 0 ? btf__parse(tmp, NULL) : NULL;
 	unlink(tmp);
 	check(theirs != NULL, "bpftool_min_core_btf_runs", "%s failed", cmd);

@@ -329,6 +329,19 @@ int BPF_KPROBE(on_dispatch5, __u64 dom, __u64 wosize, __u32 flags, __u32 nallocs
 	return 0;
 }
 
+/* on_dispatch5_ret's view of the minor heap, off its stack: with the
+ * sampling path's frames the program's stack was 544 bytes for Linux 6.1's
+ * verifier (Debian 12's kernel refused every OCaml 5 target: "combined
+ * stack size of 3 calls is 544. Too large", MAX_BPF_STACK 512), which
+ * later kernels count differently.  Per CPU: a program of this kind runs
+ * with migration disabled, as the other scratch maps here assume. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct minor_view);
+} view5 SEC(".maps");
+
 SEC("uretprobe")
 int BPF_KRETPROBE(on_dispatch5_ret)
 {
@@ -336,11 +349,12 @@ int BPF_KRETPROBE(on_dispatch5_ret)
 	struct ch_inflight_key k = { .sp = PT_REGS_SP(ctx) - 8, .tid = (__u32)bpf_get_current_pid_tgid() };
 	struct ch_inflight *inp, in;
 	struct inflight_tid *itp, it = {};
-	struct minor_view v;
+	struct minor_view *v;
 	struct ch_domain *d;
 	__u64 top, dom;
+	__u32 zero = 0;
 
-	if (!p || !p->minor_on)
+	if (!p || !p->minor_on || !(v = bpf_map_lookup_elem(&view5, &zero)))
 		return 0;
 	inp = bpf_map_lookup_elem(&dispatch_inflight, &k);
 	if (!inp)
@@ -353,21 +367,21 @@ int BPF_KRETPROBE(on_dispatch5_ret)
 	bpf_map_delete_elem(&inflight_by_tid, &k.tid);
 	dom = ocaml5_dom(p);
 	d = dom ? ocaml5_domain_state(dom) : 0;
-	if (!d || minor5_read_view(p, dom, &v))
+	if (!d || minor5_read_view(p, dom, v))
 		return 0;
-	minor5_sync_epoch(p, d, &v);
+	minor5_sync_epoch(p, d, v);
 	/* the redone allocation is [young_ptr, young_ptr + whsize) */
-	top = v.yp + (in.wosize + 1) * 8;
-	minor5_skip_passed(d, &v, top);
-	if (d->minor_trig && d->minor_trig > v.yp) {
+	top = v->yp + (in.wosize + 1) * 8;
+	minor5_skip_passed(d, v, top);
+	if (d->minor_trig && d->minor_trig > v->yp) {
 		if (in.flags & CH_DO_TRACK) {
-			d->minor_trig = minor_sample_block(p, &v, &in, d->minor_trig);
+			d->minor_trig = minor_sample_block(p, v, &in, d->minor_trig);
 		} else {
 			count(CH_CNT_UNTRACKED, 1);
-			d->minor_trig = minor_point_below(&v, v.yp, geom_draw());
+			d->minor_trig = minor_point_below(v, v->yp, geom_draw());
 		}
 	}
-	minor5_apply_limit(p, d, &v, &it);
+	minor5_apply_limit(p, d, v, &it);
 	return 0;
 }
 

@@ -168,6 +168,12 @@ def build_initramfs(init="init.sh"):
     for b in (chtest.CAMLHEAP, chtest.fixture("alloc_minor"), chtest.fixture("leak"), "/usr/bin/ocamlopt.opt",
               "/usr/bin/as", os.path.join(fx5["5.3.0"], "domains"), os.path.join(fx5["5.1.0"], "domains")):
         libs |= libs_of(b)
+    # loaded by serve and status when they need them (user/cmd/ondemand.h), with what they link
+    for soname in ("libmicrohttpd.so.12", "libcurl.so.4"):
+        m = re.search(r"\s%s \(libc6,x86-64\) => (\S+)" % re.escape(soname),
+                      subprocess.run(["ldconfig", "-p"], stdout=subprocess.PIPE).stdout.decode())
+        if m:
+            libs |= {m.group(1)} | libs_of(m.group(1))
     for lib in sorted(libs):
         c.add_file(lib)
         # the loader path and the /lib -> /usr/lib merge of Debian 12
