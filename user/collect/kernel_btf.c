@@ -56,6 +56,11 @@ struct cut {
 	} done[4 * MAX_SHELLS]; /* kernel type -> type of out */
 	int ndone;
 	__u32 index_int; /* out's array index type, 0 until needed */
+	struct {
+		__u32 lid;
+		int kid;
+	} roots[MAX_SHELLS]; /* kernel_root's answers: a few roots, hundreds of relocations */
+	int nroots;
 	char *err;
 	size_t errlen;
 };
@@ -125,7 +130,7 @@ static int find_member(const struct btf *b, __u32 kid, const char *name, __u32 *
 
 /* The kernel's one struct or union of local type lid's kind and essential
  * name: its id, 0 if none, -1 if two (libbpf would weigh both). */
-static int kernel_root(const struct cut *c, __u32 lid)
+static int kernel_root_search(const struct cut *c, __u32 lid)
 {
 	const struct btf_type *lt = btf__type_by_id(c->local, lid);
 	const char *ln = btf__name_by_offset(c->local, lt->name_off);
@@ -146,6 +151,22 @@ static int kernel_root(const struct cut *c, __u32 lid)
 		found = (int)id;
 	}
 	return found;
+}
+
+/* kernel_root_search, once per local type (a search reads every kernel type) */
+static int kernel_root(struct cut *c, __u32 lid)
+{
+	int kid;
+
+	for (int i = 0; i < c->nroots; i++)
+		if (c->roots[i].lid == lid)
+			return c->roots[i].kid;
+	kid = kernel_root_search(c, lid);
+	if (c->nroots < MAX_SHELLS) {
+		c->roots[c->nroots].lid = lid;
+		c->roots[c->nroots++].kid = kid;
+	}
+	return kid;
 }
 
 static int add_field(struct cut *c, struct shell *s, const char *name, __u32 kid, __u32 bit_off, __u32 bit_sz)
