@@ -345,8 +345,6 @@ static int block_signals(void)
 	return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
-/* Before any BPF object is loaded: the memlock limit lifted, run-time
- * statistics on. */
 /* fd moved to a descriptor >= 10, close-on-exec (fd itself if it cannot be) */
 static int dup_high_and_close(int fd)
 {
@@ -358,6 +356,8 @@ static int dup_high_and_close(int fd)
 	return hi;
 }
 
+/* Before any BPF object is loaded: the memlock limit lifted, run-time
+ * statistics on. */
 static void prepare_bpf(void)
 {
 	/* workers each hold a ring buffer and maps */
