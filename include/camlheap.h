@@ -576,6 +576,13 @@ struct ch_sample_event {
 #define CH_OCAML4_STAT_MINOR_COLLECTIONS 320
 #define CH_OCAML4_STAT_MAJOR_COLLECTIONS 328
 #define CH_OCAML4_STAT_COMPACTIONS 352
+#define CH_OCAML4_STAT_HEAP_WSZ 336
+#define CH_OCAML4_STAT_HEAP_CHUNKS 368
+/* sizeof(heap_chunk_head), right before each major-heap chunk
+ * (runtime/caml/major_gc.h): 4.14 made redarken_first a two-word
+ * mark_entry */
+#define CH_OCAML4_CHUNK_HEAD 48
+#define CH_OCAML414_CHUNK_HEAD 56
 /* the GC work caml_check_urgent_gc does (4.14.2 runtime/minor_gc.c) */
 #define CH_OCAML4_REQUESTED_MAJOR_SLICE 272
 #define CH_OCAML4_REQUESTED_MINOR_GC 280

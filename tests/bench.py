@@ -677,6 +677,45 @@ def bench_real(kernel):
     shutil.rmtree(d)
 
 
+def _exact_once(pid):
+    """camlheap census --exact on pid: (pause s, heap GiB, camlheap's max RSS MiB)."""
+    out = os.path.join(tempfile.mkdtemp(prefix="camlheap-bench-exact-"), "heap.json")
+    # /usr/bin/time's %M: the RSS of camlheap alone (wait4 from Python
+    # would count the forked Python before the exec)
+    c = subprocess.run(["/usr/bin/time", "-f", "maxrss %M", chtest.CAMLHEAP, "census", "-p", str(pid), "--exact",
+                        "--max-pause", "30", "-q", "-o", out], stderr=subprocess.PIPE, timeout=300)
+    assert c.returncode == 0, c.stderr
+    rss_kib = int(re.findall(rb"maxrss (\d+)", c.stderr)[-1])
+    d = json.load(open(out))
+    shutil.rmtree(os.path.dirname(out))
+    return d["pause_s"], d["major_heap"]["heap_words"] * 8 / 2 ** 30, rss_kib / 1024
+
+
+def bench_exact(d):
+    """census --exact (issue 25's targets: a pause <= 1 s per GiB of heap,
+    camlheap's memory <= heap / 16): the heapstat fixture holding ~0.5 GiB,
+    and Debian's ocamlopt.opt compiling the generated big.ml (a ~0.4 GiB
+    heap, 13 M blocks), walked 3 times each while it runs."""
+    print("\ncensus --exact: pause per GiB of major heap, camlheap's max RSS / heap size")
+    rows = []
+    p = subprocess.Popen([chtest.fixture("heapstat"), "n=3000000"], stdout=subprocess.PIPE)
+    assert p.stdout.readline().startswith(b"READY")
+    for _ in range(3):
+        rows.append(("heapstat n=3000000 (idle)",) + _exact_once(p.pid))
+    p.kill()
+    p.wait()
+    p = subprocess.Popen(["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d)
+    time.sleep(3)
+    for _ in range(3):
+        if p.poll() is None:
+            rows.append(("ocamlopt.opt -g -c big.ml (running)",) + _exact_once(p.pid))
+            time.sleep(1)
+    assert p.wait() == 0
+    for name, pause, gib, rss in rows:
+        print("  %-38s heap %.2f GiB  pause %6.1f ms = %.2f s/GiB (target <= 1)  camlheap %5.1f MiB = heap / %.0f "
+              "(target >= 16)" % (name, gib, pause * 1e3, pause / gib, rss, gib * 1024 / rss))
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
@@ -703,6 +742,11 @@ def main():
     if os.environ.get("BENCH_ONLY") == "attach":
         bench_attach()
         return
+    if os.environ.get("BENCH_ONLY") == "exact":
+        d, clean = ocamlopt_workdir()
+        clean()
+        bench_exact(d)
+        return
     if os.environ.get("BENCH_ONLY") == "idiom":
         bench_idiom(kernel)
         return
@@ -720,6 +764,8 @@ def main():
     bench("ocamlopt.opt -g -c big.ml (Debian 4.13.1, generated module; no in-process memprof possible)",
           ["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d, before=clean, kernel=kernel)
     bench_census()
+    clean()
+    bench_exact(d)
     bench_recording(d)
     bench_malloc()
     bench_top()

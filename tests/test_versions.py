@@ -24,6 +24,7 @@ import chtest
 import toolchains
 import test_census as _census
 import test_dynlink as _dynlink
+import test_exact as _exact
 import test_malloc as _malloc
 import test_minor as _minor
 import test_outheap as _outheap
@@ -126,6 +127,8 @@ CHECKS4_EXTRA = [
     (_minor, "test_minor_outputs_identical_with_and_without_camlheap"),
     (_minor, "test_minor_kill9_never_harms_target"),
     (_minor, "test_c_allocations_deep_in_a_recursion_trap_once_a_sample"),
+    (_exact, "test_exact_census_equals_gc_stat"),
+    (_exact, "test_exact_census_consistent_while_compacting"),
 ]
 
 for _name in RELEASES4:
@@ -184,6 +187,7 @@ CHECKS5 = [
     (_top, "test_tmux_keys_drive_the_view_and_q_leaves_the_program_unaffected", ("5.3.0", "5.4.1",)),
     (_window, "test_heap_under_way_at_attach_is_not_in_the_window", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
     (_window, "test_one_window_with_camlheap_slowed_under_load", ("5.3.0",)),
+    (_exact, "check_exact_refuses_ocaml5", ("5.3.0",)),
 ]
 
 for _mod, _check, _versions in CHECKS5:
@@ -212,6 +216,8 @@ OFFSETS_C = r"""
 #if OCAML_VERSION_MAJOR >= 5
 #include <caml/fiber.h>
 #include <caml/finalise.h>
+#else
+#include <caml/major_gc.h>
 #endif
 #define P(f) printf(#f " %zu\n", offsetof(caml_domain_state, f));
 /* 4.x names the fields _name (runtime/caml/domain_state.h) */
@@ -233,6 +239,8 @@ int main(void)
     P4(young_limit) P4(young_ptr) P4(young_start) P4(young_end) P4(young_alloc_start) P4(young_alloc_end)
     P4(young_trigger) P4(bottom_of_stack) P4(last_return_address) P4(stat_minor_collections)
     P4(stat_major_collections) P4(stat_compactions) P4(requested_major_slice) P4(requested_minor_gc)
+    P4(stat_heap_wsz) P4(stat_heap_chunks)
+    printf("chunk_head %zu\n", sizeof(heap_chunk_head));
 #endif
     return 0;
 }
@@ -282,7 +290,10 @@ def _check_offsets(libdir, major_minor):
         want = {k.lower(): ch["CH_OCAML4_" + k] for k in (
             "YOUNG_LIMIT", "YOUNG_PTR", "YOUNG_START", "YOUNG_END", "YOUNG_ALLOC_START", "YOUNG_ALLOC_END",
             "YOUNG_TRIGGER", "BOTTOM_OF_STACK", "LAST_RETURN_ADDRESS", "STAT_MINOR_COLLECTIONS",
-            "STAT_MAJOR_COLLECTIONS", "STAT_COMPACTIONS", "REQUESTED_MAJOR_SLICE", "REQUESTED_MINOR_GC")}
+            "STAT_MAJOR_COLLECTIONS", "STAT_COMPACTIONS", "REQUESTED_MAJOR_SLICE", "REQUESTED_MINOR_GC",
+            "STAT_HEAP_WSZ", "STAT_HEAP_CHUNKS", "CHUNK_HEAD")}
+        if major_minor >= (4, 14):
+            want["chunk_head"] = ch["CH_OCAML414_CHUNK_HEAD"]
         if major_minor <= (4, 12):
             want["young_limit"] = ch["CH_OCAML412_YOUNG_LIMIT"]
             want["young_ptr"] = ch["CH_OCAML412_YOUNG_PTR"]

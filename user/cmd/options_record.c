@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "camlheap.h"
+#include "cmd/census_exact.h"
 #include "cmd/record.h"
 
 static const char record_doc[] =
@@ -122,8 +123,14 @@ static const char census_doc[] =
 	"\n"
 	"  camlheap census -p PID [--wait-major N] [--duration SECONDS] [OPTIONS]\n"
 	"\n"
-	"Example:\n"
-	"  camlheap census -p 1234 --rate 1e-4 --wait-major 3 -o census.txt";
+	"With --exact (OCaml 4.12 to 4.14), no sampling: the program is stopped at a moment when no thread is in "
+	"its runtime's memory manager, every block of its major heap is counted (words and blocks by tag, size and "
+	"custom type, equal to Gc.stat's), and it runs on; the pause is reported and bounded by --max-pause. "
+	"Nothing is written into the program.\n"
+	"\n"
+	"Examples:\n"
+	"  camlheap census -p 1234 --rate 1e-4 --wait-major 3 -o census.txt\n"
+	"  camlheap census -p 1234 --exact -o heap.json";
 
 static const struct argp_option census_options[] = {
 	{ "pid", 'p', "PID", 0, "The running process (required)", 0 },
@@ -140,6 +147,13 @@ static const struct argp_option census_options[] = {
 	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default from the rate, 16384 to 262144)", 0 },
 	{ "malloc", OPT_MALLOC, NULL, 0, "As for record: count the program's own malloc and anonymous mmap too", 0 },
 	{ "quiet", 'q', NULL, 0, "Say nothing on stderr but errors", 0 },
+	{ "exact", OPT_EXACT, NULL, 0,
+	  "Count every block of the major heap, the program stopped meanwhile (OCaml 4.12-4.14; no sampling)", 1 },
+	{ "max-pause", OPT_MAX_PAUSE, "SECONDS", 0,
+	  "--exact: stop the walk (nothing written, exit 1) once the program was stopped this long (default 1)", 1 },
+	{ "max-wait", OPT_MAX_WAIT, "SECONDS", 0,
+	  "--exact: look this long for a moment outside the memory manager (default 5)", 1 },
+	{ "format", 'f', "FORMAT", 0, "--exact: text (default) or json (also from -o NAME.json)", 1 },
 	{ 0 }
 };
 
@@ -190,6 +204,18 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 	if (o->census) {
 		if (!o->pid || o->argv)
 			argp_error(state, "census takes -p PID (a running process), and no command");
+		if (o->exact) {
+			if (o->wait_major || o->duration_s > 0 || o->malloc || o->by_stack || o->max_tracked)
+				argp_error(state, "--exact takes no --wait-major, --duration, --malloc, --by or "
+						  "--max-tracked: it samples nothing");
+			if (!o->format_given && o->output && strcmp(o->output, "-"))
+				o->format = format_of_name(o->output) == REPORT_JSON ? REPORT_JSON : REPORT_TEXT;
+			if (o->format != REPORT_TEXT && o->format != REPORT_JSON)
+				argp_error(state, "--exact writes text or json");
+			return;
+		}
+		if (o->max_pause_s > 0 || o->max_wait_s > 0)
+			argp_error(state, "--max-pause and --max-wait are --exact options");
 		if (o->value || o->live || o->no_census || o->format_given)
 			argp_error(state, "--live, --value, --format and --no-census are record options");
 		/* default: the next completed major cycle */
@@ -344,6 +370,18 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 	case 'v':
 		o->verbose = true;
 		break;
+	case OPT_EXACT:
+		o->exact = true;
+		break;
+	case OPT_MAX_PAUSE:
+	case OPT_MAX_WAIT: {
+		double *d = key == OPT_MAX_PAUSE ? &o->max_pause_s : &o->max_wait_s;
+
+		if (parse_double(arg, d) || !(*d > 0 && *d <= 3600))
+			argp_error(state, "invalid %s '%s': seconds, > 0", key == OPT_MAX_PAUSE ? "--max-pause" : "--max-wait",
+				   arg);
+		break;
+	}
 	case OPT_WAIT_MAJOR:
 		if (!arg)
 			v = 1;
@@ -551,5 +589,14 @@ int record_command(int argc, char **argv, bool census)
 	argv[1] = census ? "camlheap census" : "camlheap record";
 	if (argp_parse(&argp, argc - 1, argv + 1, ARGP_IN_ORDER, NULL, &o))
 		return 2;
+	if (o.exact) {
+		struct census_exact_opts e = {
+			.pid = o.pid, .output = o.output, .json = o.format == REPORT_JSON, .top = o.top,
+			.max_pause_s = o.max_pause_s > 0 ? o.max_pause_s : 1.0,
+			.max_wait_s = o.max_wait_s > 0 ? o.max_wait_s : 5.0, .quiet = o.quiet,
+		};
+
+		return census_exact_run(&e);
+	}
 	return record_run(&o);
 }

@@ -1,0 +1,189 @@
+"""`camlheap census -p PID --exact` (issue 25, the exact census): the
+whole major heap of a running 4.x program walked while it is stopped at a
+moment outside its memory manager.  The truths: the program's own Gc.stat
+(which walks the same heap in-process, runtime/gc_ctrl.c heap_stats), the
+runtime's own counters read at the same stop, and what the fixture built."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import chtest
+
+
+def _start(args):
+    p = subprocess.Popen([chtest.fixture("heapstat")] + list(args), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = p.stdout.readline().decode()
+    assert line.startswith("READY "), (line, p.stderr.read())
+    return p, line
+
+
+def _stat(line):
+    return {k: int(v) for k, v in (w.split("=") for w in line.split()[3:])}
+
+
+def _exact(pid, args=(), out_name="heap.json", env=None):
+    d = chtest.tmpdir()
+    out = os.path.join(d, out_name)
+    p = subprocess.run([chtest.CAMLHEAP, "census", "-p", str(pid), "--exact", "-o", out] + list(args),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120,
+                       env=dict(os.environ, **(env or {})))
+    return p, out
+
+
+def _status(pid):
+    return dict(line.split(":\t", 1) for line in open("/proc/%d/status" % pid).read().splitlines()
+                if ":\t" in line)
+
+
+def _end(p):
+    """The fixture is running, traced by no one, and ends on SIGTERM as it
+    would have without camlheap."""
+    st = _status(p.pid)
+    assert st["TracerPid"].strip() == "0", st["TracerPid"]
+    assert st["State"][0] in "RS", st["State"]
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == -signal.SIGTERM
+
+
+def _consistent(h):
+    return (h["heap_words"] == h["runtime_heap_words"] and h["heap_chunks"] == h["runtime_heap_chunks"]
+            and h["live_words"] + h["free_words"] + h["fragments"] == h["heap_words"])
+
+
+def test_exact_census_equals_gc_stat():
+    n = 20000
+    p, line = _start(["n=%d" % n])
+    try:
+        want = _stat(line)
+        r, out = _exact(p.pid)
+        assert r.returncode == 0, r.stderr
+        d = json.load(open(out))
+        h = d["major_heap"]
+        for k in ("heap_words", "heap_chunks", "live_words", "live_blocks", "free_words", "free_blocks",
+                  "largest_free", "fragments"):
+            assert h[k] == want[k], (k, h[k], want[k])
+        assert _consistent(h), h
+        assert d["threads"] == 1 and d["pause_s"] > 0
+        tags = {t["tag"]: t for t in d["by_tag"]}
+        assert sum(t["words"] for t in d["by_tag"]) == h["live_words"]
+        assert sum(t["blocks"] for t in d["by_size"]) == h["live_blocks"]
+        # what the fixture built: n strings of 100 bytes (Whsize 14), n / 4
+        # float arrays of 8 (Whsize 9), n boxed Int64 (custom "_j", Whsize 3)
+        assert tags[252]["blocks"] >= n and tags[252]["words"] >= 14 * n, tags[252]
+        assert tags[254]["blocks"] >= n // 4 and tags[254]["words"] >= 9 * (n // 4), tags[254]
+        j = [c for c in d["custom"] if c["identifier"] == "_j"]
+        assert j and j[0]["blocks"] >= n and j[0]["words"] == 3 * j[0]["blocks"], d["custom"]
+        # the same figures in the text
+        r, txt = _exact(p.pid, out_name="heap.txt")
+        assert r.returncode == 0, r.stderr
+        text = open(txt).read()
+        live = [ln.split() for ln in text.splitlines() if ln.startswith("  live ")]
+        assert live and live[0][1] == str(want["live_words"]) and live[0][5] == str(want["live_blocks"]), text
+        assert "the runtime's own count: %d words in %d chunks: equal" % (want["heap_words"],
+                                                                        want["heap_chunks"]) in text, text
+        assert "_j" in text and "252 String" in text, text
+        _end(p)
+    finally:
+        p.kill()
+
+
+def test_exact_census_consistent_while_compacting():
+    # a program in minor, major and compacting collections all the time: a
+    # stop inside its memory manager would show a block running past its
+    # chunk or totals unlike the runtime's; every walk must be whole
+    p, _ = _start(["busy", "compact", "n=1000"])
+    try:
+        stops = 0
+        for _ in range(20):
+            r, out = _exact(p.pid, ["--max-wait", "30"])
+            assert r.returncode == 0, r.stderr
+            d = json.load(open(out))
+            assert _consistent(d["major_heap"]), d["major_heap"]
+            stops += d["stops"]
+        assert p.poll() is None
+        _end(p)
+    finally:
+        p.kill()
+    # some stops fell inside a collection and were refused
+    assert stops > 20, stops
+
+
+def test_exact_kill9_during_the_pause_leaves_the_target_running():
+    p, _ = _start(["busy", "n=1000"])
+    try:
+        c = subprocess.Popen([chtest.CAMLHEAP, "census", "-p", str(p.pid), "--exact", "--max-pause", "60",
+                              "-o", os.path.join(chtest.tmpdir(), "x.json")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=dict(os.environ, CAMLHEAP_TEST_HOLD_MS="5000"))
+        deadline = time.time() + 30
+        while _status(p.pid)["State"][0] != "t":
+            assert time.time() < deadline and c.poll() is None, c.stderr.read() if c.poll() is not None else ""
+            time.sleep(0.01)
+        c.kill()
+        c.wait()
+        time.sleep(0.2)
+        ticks = int(open("/proc/%d/stat" % p.pid).read().rsplit(")", 1)[1].split()[11])
+        time.sleep(0.5)
+        assert int(open("/proc/%d/stat" % p.pid).read().rsplit(")", 1)[1].split()[11]) > ticks, "not running"
+        _end(p)
+    finally:
+        p.kill()
+
+
+def test_exact_max_pause_stops_the_walk_and_keeps_the_old_file():
+    p, _ = _start(["n=400000"])
+    try:
+        d = chtest.tmpdir()
+        out = os.path.join(d, "heap.json")
+        with open(out, "w") as f:
+            f.write("previous\n")
+        r = subprocess.run([chtest.CAMLHEAP, "census", "-p", str(p.pid), "--exact", "--max-pause", "0.000001",
+                            "-o", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        assert r.returncode == 1, r.stderr
+        err = r.stderr.decode()
+        assert "--max-pause" in err and "runs on" in err and "nothing written" in err, err
+        assert open(out).read() == "previous\n"
+        assert os.listdir(d) == ["heap.json"], os.listdir(d)
+        _end(p)
+    finally:
+        p.kill()
+
+
+def test_exact_refuses_a_process_that_is_not_ocaml():
+    v = subprocess.Popen([chtest.fixture("victim")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(0.2)
+        r, out = _exact(v.pid)
+        assert r.returncode == 2, r.stderr
+        assert b"OCaml" in r.stderr and not os.path.exists(out), r.stderr
+        assert v.poll() is None
+    finally:
+        v.kill()
+        v.wait()
+
+
+def test_exact_options_are_checked():
+    r = subprocess.run([chtest.CAMLHEAP, "census", "-p", "1", "--exact", "--wait-major", "2"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    assert r.returncode != 0 and b"--exact takes no" in r.stderr, r.stderr
+    r = subprocess.run([chtest.CAMLHEAP, "census", "-p", "1", "--max-pause", "2"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    assert r.returncode != 0 and b"--exact options" in r.stderr, r.stderr
+
+
+def check_exact_refuses_ocaml5():
+    """On an OCaml 5 fixture (tests/test_versions.py): refused, exit 2, the
+    release and the supported ones named, the program untouched."""
+    p, _ = _start([])
+    try:
+        r, out = _exact(p.pid)
+        assert r.returncode == 2, r.stderr
+        err = r.stderr.decode()
+        assert "OCaml 4.12, 4.13 and 4.14" in err and "runs OCaml 5." in err, err
+        assert not os.path.exists(out)
+        _end(p)
+    finally:
+        p.kill()

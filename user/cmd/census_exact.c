@@ -1,0 +1,329 @@
+/* census_exact.c -- `camlheap census -p PID --exact`: the whole major heap
+ * of a running 4.x program walked at a consistent stop (heap/freeze.h,
+ * heap/walk4.h), reported by tag, size class and custom type, against the
+ * runtime's own counters.  Text, or JSON (schema "camlheap-exact-census",
+ * docs/json.md). */
+#define _GNU_SOURCE
+#include "cmd/census_exact.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+#include "heap/freeze.h"
+#include "heap/walk4.h"
+#include "output/jsonw.h"
+#include "output/outfile.h"
+#include "target/releases.h"
+#include "target/target.h"
+
+struct exact_run {
+	struct walk4_census c;
+	double pause_s, wait_s;
+	unsigned stops;
+	size_t threads;
+	const struct target *t;
+};
+
+/* runtime/caml/mlvalues.h's tags from No_scan_tag's neighbours up */
+static const char *tag_name(unsigned tag)
+{
+	static const char *const names[] = { "Lazy", "Closure", "Object", "Infix", "Forward", "Abstract",
+					     "String", "Double", "Double_array", "Custom" };
+
+	return tag >= 246 ? names[tag - 246] : NULL;
+}
+
+static double mib(uint64_t words)
+{
+	return (double)words * 8.0 / 1048576.0;
+}
+
+static int cmp_tag_words(const void *a, const void *b, void *arg)
+{
+	const struct walk4_census *c = arg;
+	uint64_t wa = c->by_tag[*(const unsigned *)a].words, wb = c->by_tag[*(const unsigned *)b].words;
+
+	return wa < wb ? 1 : wa > wb ? -1 : 0;
+}
+
+static int cmp_custom_words(const void *a, const void *b)
+{
+	const struct walk4_custom *x = a, *y = b;
+
+	return x->n.words < y->n.words ? 1 : x->n.words > y->n.words ? -1 : 0;
+}
+
+static const char *phase_name(int phase)
+{
+	static const char *const names[] = { "mark", "clean", "sweep", "idle" };
+
+	return phase >= 0 && phase <= 3 ? names[phase] : "?";
+}
+
+static void size_bounds(unsigned k, uint64_t *lo, uint64_t *hi)
+{
+	*lo = k == 0 ? 1 : (1ull << (k - 1)) + 1;
+	*hi = k + 1 == WALK4_SIZE_CLASSES ? 0 : 1ull << k;
+}
+
+static void render_text(FILE *f, const struct exact_run *x, int top)
+{
+	const struct walk4_census *c = &x->c;
+	unsigned order[256], n = 0;
+	bool equal = c->heap_words == c->rt_heap_wsz && c->heap_chunks == c->rt_heap_chunks &&
+		     c->live_words + c->free_words + c->fragments == c->heap_words;
+
+	fprintf(f, "camlheap census --exact: PID %d (%s, OCaml %s)\n", (int)x->t->pid, x->t->exe, x->t->rt.version);
+	fprintf(f, "paused %.1f ms (%zu thread%s stopped; %u stop%s tried over %.3f s before one outside the memory "
+		   "manager), %.1f MiB read\n",
+		x->pause_s * 1e3, x->threads, x->threads == 1 ? "" : "s", x->stops, x->stops == 1 ? "" : "s",
+		x->wait_s, (double)c->bytes_read / 1048576.0);
+	fprintf(f, "\nmajor heap: %llu words (%.1f MiB) in %llu chunk%s, GC phase %s\n",
+		(unsigned long long)c->heap_words, mib(c->heap_words), (unsigned long long)c->heap_chunks,
+		c->heap_chunks == 1 ? "" : "s", phase_name(c->gc_phase));
+	fprintf(f, "  live       %12llu words %9.1f MiB %10llu blocks  (as Gc.stat: not yet freed, unreachable "
+		   "blocks included)\n",
+		(unsigned long long)c->live_words, mib(c->live_words), (unsigned long long)c->live_blocks);
+	fprintf(f, "  free       %12llu words %9.1f MiB %10llu blocks  (largest %llu words)\n",
+		(unsigned long long)c->free_words, mib(c->free_words), (unsigned long long)c->free_blocks,
+		(unsigned long long)c->largest_free);
+	fprintf(f, "  fragments  %12llu words\n", (unsigned long long)c->fragments);
+	fprintf(f, "  the runtime's own count: %llu words in %llu chunks: %s\n", (unsigned long long)c->rt_heap_wsz,
+		(unsigned long long)c->rt_heap_chunks, equal ? "equal" : "DIFFERENT (the walk is not exact)");
+	fprintf(f, "minor heap: %llu words allocated (not walked: its blocks are counted when promoted)\n",
+		(unsigned long long)c->minor_words);
+
+	for (unsigned t = 0; t < 256; t++)
+		if (c->by_tag[t].blocks)
+			order[n++] = t;
+	qsort_r(order, n, sizeof(order[0]), cmp_tag_words, (void *)c);
+	fprintf(f, "\nlive by tag%s\n  %-22s %12s %12s %9s %6s\n", top && (int)n > top ? " (largest first)" : "",
+		"TAG", "BLOCKS", "WORDS", "MiB", "%");
+	for (unsigned i = 0; i < n && (!top || (int)i < top); i++) {
+		unsigned t = order[i];
+		char name[40];
+
+		if (tag_name(t))
+			snprintf(name, sizeof(name), "%u %s", t, tag_name(t));
+		else
+			snprintf(name, sizeof(name), "%u (block)", t);
+		fprintf(f, "  %-22s %12llu %12llu %9.1f %5.1f%%\n", name, (unsigned long long)c->by_tag[t].blocks,
+			(unsigned long long)c->by_tag[t].words, mib(c->by_tag[t].words),
+			c->live_words ? 100.0 * (double)c->by_tag[t].words / (double)c->live_words : 0.0);
+	}
+	fprintf(f, "\nlive by size (words with the header)\n  %-22s %12s %12s %9s %6s\n", "SIZE", "BLOCKS", "WORDS",
+		"MiB", "%");
+	for (unsigned k = 0; k < WALK4_SIZE_CLASSES; k++) {
+		uint64_t lo, hi;
+		char name[40];
+
+		if (!c->by_size[k].blocks)
+			continue;
+		size_bounds(k, &lo, &hi);
+		if (!hi)
+			snprintf(name, sizeof(name), "%llu and more", (unsigned long long)lo);
+		else if (lo == hi)
+			snprintf(name, sizeof(name), "%llu", (unsigned long long)lo);
+		else
+			snprintf(name, sizeof(name), "%llu-%llu", (unsigned long long)lo, (unsigned long long)hi);
+		fprintf(f, "  %-22s %12llu %12llu %9.1f %5.1f%%\n", name, (unsigned long long)c->by_size[k].blocks,
+			(unsigned long long)c->by_size[k].words, mib(c->by_size[k].words),
+			c->live_words ? 100.0 * (double)c->by_size[k].words / (double)c->live_words : 0.0);
+	}
+	if (c->ncustom) {
+		struct walk4_custom cu[WALK4_MAX_CUSTOM];
+
+		memcpy(cu, c->custom, c->ncustom * sizeof(cu[0]));
+		qsort(cu, c->ncustom, sizeof(cu[0]), cmp_custom_words);
+		fprintf(f, "\nlive custom blocks by type (their out-of-heap data not counted)\n  %-22s %12s %12s %9s\n",
+			"IDENTIFIER", "BLOCKS", "WORDS", "MiB");
+		for (unsigned i = 0; i < c->ncustom; i++)
+			fprintf(f, "  %-22s %12llu %12llu %9.1f\n", cu[i].identifier, (unsigned long long)cu[i].n.blocks,
+				(unsigned long long)cu[i].n.words, mib(cu[i].n.words));
+		if (c->custom_other_blocks)
+			fprintf(f, "  (%llu blocks of further types)\n", (unsigned long long)c->custom_other_blocks);
+	}
+}
+
+static void json_count(JsonBuilder *jb, const struct walk4_count *n)
+{
+	json_member_int(jb, "blocks", (int64_t)n->blocks);
+	json_member_int(jb, "words", (int64_t)n->words);
+}
+
+static int render_json(FILE *f, const struct exact_run *x)
+{
+	const struct walk4_census *c = &x->c;
+	JsonBuilder *jb = json_builder_new();
+	JsonGenerator *gen = json_generator_new();
+	JsonNode *root;
+	gchar *text;
+	int ret = 0;
+
+	json_builder_begin_object(jb);
+	json_member_str(jb, "schema", "camlheap-exact-census");
+	json_member_int(jb, "version", 1);
+	json_member_int(jb, "pid", x->t->pid);
+	json_member_str(jb, "executable", x->t->exe);
+	json_member_str(jb, "ocaml", x->t->rt.version);
+	json_member_double(jb, "pause_s", x->pause_s);
+	json_member_double(jb, "walk_s", c->walk_s);
+	json_member_double(jb, "wait_s", x->wait_s);
+	json_member_int(jb, "stops", x->stops);
+	json_member_int(jb, "threads", (int64_t)x->threads);
+	json_member_int(jb, "bytes_read", (int64_t)c->bytes_read);
+	json_member_str(jb, "gc_phase", phase_name(c->gc_phase));
+	json_builder_set_member_name(jb, "major_heap");
+	json_builder_begin_object(jb);
+	json_member_int(jb, "heap_words", (int64_t)c->heap_words);
+	json_member_int(jb, "heap_chunks", (int64_t)c->heap_chunks);
+	json_member_int(jb, "live_words", (int64_t)c->live_words);
+	json_member_int(jb, "live_blocks", (int64_t)c->live_blocks);
+	json_member_int(jb, "free_words", (int64_t)c->free_words);
+	json_member_int(jb, "free_blocks", (int64_t)c->free_blocks);
+	json_member_int(jb, "largest_free", (int64_t)c->largest_free);
+	json_member_int(jb, "fragments", (int64_t)c->fragments);
+	json_member_int(jb, "runtime_heap_words", (int64_t)c->rt_heap_wsz);
+	json_member_int(jb, "runtime_heap_chunks", (int64_t)c->rt_heap_chunks);
+	json_builder_end_object(jb);
+	json_member_int(jb, "minor_words", (int64_t)c->minor_words);
+	json_builder_set_member_name(jb, "by_tag");
+	json_builder_begin_array(jb);
+	for (unsigned t = 0; t < 256; t++)
+		if (c->by_tag[t].blocks) {
+			json_builder_begin_object(jb);
+			json_member_int(jb, "tag", t);
+			json_member_str(jb, "name", tag_name(t));
+			json_count(jb, &c->by_tag[t]);
+			json_builder_end_object(jb);
+		}
+	json_builder_end_array(jb);
+	json_builder_set_member_name(jb, "by_size");
+	json_builder_begin_array(jb);
+	for (unsigned k = 0; k < WALK4_SIZE_CLASSES; k++)
+		if (c->by_size[k].blocks) {
+			uint64_t lo, hi;
+
+			size_bounds(k, &lo, &hi);
+			json_builder_begin_object(jb);
+			json_member_int(jb, "min_words", (int64_t)lo);
+			json_builder_set_member_name(jb, "max_words");
+			if (hi)
+				json_builder_add_int_value(jb, (int64_t)hi);
+			else
+				json_builder_add_null_value(jb);
+			json_count(jb, &c->by_size[k]);
+			json_builder_end_object(jb);
+		}
+	json_builder_end_array(jb);
+	json_builder_set_member_name(jb, "custom");
+	json_builder_begin_array(jb);
+	for (unsigned i = 0; i < c->ncustom; i++) {
+		json_builder_begin_object(jb);
+		json_member_str(jb, "identifier", c->custom[i].identifier);
+		json_count(jb, &c->custom[i].n);
+		json_builder_end_object(jb);
+	}
+	json_builder_end_array(jb);
+	json_member_int(jb, "custom_other_blocks", (int64_t)c->custom_other_blocks);
+	json_builder_end_object(jb);
+	root = json_builder_get_root(jb);
+	json_generator_set_root(gen, root);
+	text = json_generator_to_data(gen, NULL);
+	if (fprintf(f, "%s\n", text) < 0)
+		ret = -EIO;
+	g_free(text);
+	json_node_unref(root);
+	g_object_unref(gen);
+	g_object_unref(jb);
+	return ret;
+}
+
+static int write_output(const struct census_exact_opts *o, const struct exact_run *x)
+{
+	struct outfile out;
+	int ret = outfile_open(&out, o->output);
+
+	if (ret < 0)
+		return ret;
+	if (o->json)
+		ret = render_json(out.f, x);
+	else
+		render_text(out.f, x, o->top);
+	if (ret < 0 || ferror(out.f)) {
+		outfile_abort(&out);
+		return ret < 0 ? ret : -EIO;
+	}
+	return outfile_commit(&out);
+}
+
+int census_exact_run(const struct census_exact_opts *o)
+{
+	struct target t = { .pid = o->pid, .exe_fd = -1 };
+	struct heap_freeze fz;
+	struct exact_run x = { .t = &t };
+	char msg[1024];
+	const char *hold = getenv("CAMLHEAP_TEST_HOLD_MS");
+	int ret;
+
+	ret = outfile_check(o->output, msg, sizeof(msg));
+	if (ret < 0) {
+		fprintf(stderr, "camlheap: %s\n", msg);
+		return 2;
+	}
+	ret = target_inspect(&t, msg, sizeof(msg));
+	if (ret < 0) {
+		fprintf(stderr, "camlheap: %s\n", msg);
+		return 2;
+	}
+	if (t.rt.major != 4 || !t.rt.release_known) {
+		fprintf(stderr,
+			"camlheap: --exact walks the heaps of OCaml 4.12, 4.13 and 4.14 (tested: %s); PID %d runs "
+			"OCaml %s, whose heap layout it does not read yet: use `camlheap census -p %d` (sampled)\n",
+			ocaml_releases_tested, (int)o->pid, t.rt.version, (int)o->pid);
+		target_release(&t);
+		return 2;
+	}
+	ret = heap_freeze_stop(&fz, o->pid, t.img, t.bias, o->max_wait_s, msg, sizeof(msg));
+	if (ret < 0) {
+		fprintf(stderr, "camlheap: %s\n", msg);
+		target_release(&t);
+		return 2;
+	}
+	x.stops = fz.attempts;
+	x.wait_s = fz.wait_s;
+	x.threads = fz.ntids;
+	if (hold) /* tests: a long stop, to kill camlheap during it */
+		usleep((useconds_t)atoi(hold) * 1000);
+	ret = walk4_census(&t, fz.stopped_at + o->max_pause_s, &x.c, msg, sizeof(msg));
+	x.pause_s = heap_freeze_release(&fz);
+	if (ret == -ETIME) {
+		fprintf(stderr,
+			"camlheap: the walk passed --max-pause %.3g s after %llu of %llu chunks (%.1f of %.1f MiB) and "
+			"was stopped there: PID %d runs on; nothing written (give a larger --max-pause)\n",
+			o->max_pause_s, (unsigned long long)x.c.heap_chunks, (unsigned long long)x.c.rt_heap_chunks,
+			mib(x.c.heap_words), mib(x.c.rt_heap_wsz), (int)o->pid);
+		target_release(&t);
+		return 1;
+	}
+	if (ret < 0) {
+		fprintf(stderr, "camlheap: %s; PID %d runs on, nothing written\n", msg, (int)o->pid);
+		target_release(&t);
+		return 1;
+	}
+	ret = write_output(o, &x);
+	if (ret < 0)
+		fprintf(stderr, "camlheap: cannot write %s: %s\n", o->output ? o->output : "stdout", strerror(-ret));
+	else if (!o->quiet)
+		fprintf(stderr, "camlheap: PID %d paused %.1f ms for the walk of %.1f MiB\n", (int)o->pid,
+			x.pause_s * 1e3, mib(x.c.heap_words));
+	target_release(&t);
+	return ret < 0 ? 1 : 0;
+}
