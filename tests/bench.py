@@ -677,13 +677,13 @@ def bench_real(kernel):
     shutil.rmtree(d)
 
 
-def _exact_once(pid):
+def _exact_once(pid, extra=()):
     """camlheap census --exact on pid: (pause s, heap GiB, camlheap's max RSS MiB)."""
     out = os.path.join(tempfile.mkdtemp(prefix="camlheap-bench-exact-"), "heap.json")
     # /usr/bin/time's %M: the RSS of camlheap alone (wait4 from Python
     # would count the forked Python before the exec)
     c = subprocess.run(["/usr/bin/time", "-f", "maxrss %M", chtest.CAMLHEAP, "census", "-p", str(pid), "--exact",
-                        "--max-pause", "30", "-q", "-o", out], stderr=subprocess.PIPE, timeout=300)
+                        "--max-pause", "30", "-q", "-o", out] + list(extra), stderr=subprocess.PIPE, timeout=300)
     assert c.returncode == 0, c.stderr
     rss_kib = int(re.findall(rb"maxrss (\d+)", c.stderr)[-1])
     d = json.load(open(out))
@@ -695,7 +695,8 @@ def bench_exact(d):
     """census --exact (issue 25's targets: a pause <= 1 s per GiB of heap,
     camlheap's memory <= heap / 16): the heapstat fixture holding ~0.5 GiB,
     and Debian's ocamlopt.opt compiling the generated big.ml (a ~0.4 GiB
-    heap, 13 M blocks), walked 3 times each while it runs."""
+    heap, 13 M blocks), walked 3 times each while it runs, then 3 times with
+    --retainers (the trace from the roots: not within these targets yet)."""
     print("\ncensus --exact: pause per GiB of major heap, camlheap's max RSS / heap size")
     rows = []
     p = subprocess.Popen([chtest.fixture("heapstat"), "n=3000000"], stdout=subprocess.PIPE)
@@ -704,13 +705,15 @@ def bench_exact(d):
         rows.append(("heapstat n=3000000 (idle)",) + _exact_once(p.pid))
     p.kill()
     p.wait()
-    p = subprocess.Popen(["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d)
-    time.sleep(3)
-    for _ in range(3):
-        if p.poll() is None:
-            rows.append(("ocamlopt.opt -g -c big.ml (running)",) + _exact_once(p.pid))
-            time.sleep(1)
-    assert p.wait() == 0
+    for extra in ((), ("--retainers",)):
+        p = subprocess.Popen(["/usr/bin/ocamlopt.opt", "-g", "-c", "big.ml"], cwd=d)
+        time.sleep(3)
+        for _ in range(3):
+            if p.poll() is None:
+                rows.append(("ocamlopt.opt -g -c big.ml %s" % (extra[0] if extra else "(running)"),)
+                            + _exact_once(p.pid, extra))
+                time.sleep(1)
+        assert p.wait() == 0
     for name, pause, gib, rss in rows:
         print("  %-38s heap %.2f GiB  pause %6.1f ms = %.2f s/GiB (target <= 1)  camlheap %5.1f MiB = heap / %.0f "
               "(target >= 16)" % (name, gib, pause * 1e3, pause / gib, rss, gib * 1024 / rss))

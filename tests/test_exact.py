@@ -187,3 +187,98 @@ def check_exact_refuses_ocaml5():
         _end(p)
     finally:
         p.kill()
+
+
+RETAIN = {  # the fixture's mode: the group that must retain its structure
+    "table": "global Retain",
+    "closure": "global Retain",
+    "stack": "stack Retain.hold_on_stack",
+    "croot": "C global roots (caml_register_global_root)",
+    "ephemeron": "ephemeron data (alive while their keys are)",
+}
+
+
+def _retain(mode, n=20000):
+    p = subprocess.Popen([chtest.fixture("retain"), mode, "n=%d" % n], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = p.stdout.readline().decode()
+    assert "TRUTH words=" in line, (line, p.stderr.read())
+    try:
+        r, out = _exact(p.pid, ["--retainers"])
+        assert r.returncode == 0, r.stderr
+        d = json.load(open(out))
+        _end(p)
+    finally:
+        p.kill()
+    return int(line.split("words=")[1]), d
+
+
+def _check_retained_by(mode):
+    truth, d = _retain(mode)
+    r = d["retainers"]
+    groups = {g["name"]: g for g in r["groups"]}
+    got = groups[RETAIN[mode]]["retained"]["words"]
+    # the structure's own words (Obj.reachable_words), plus at most the
+    # fixture's few other globals in the same group
+    assert truth <= got <= truth + 100, (mode, truth, got, sorted((g["retained"]["words"], n) for n, g in
+                                                                   groups.items())[-4:])
+    # every reachable word is retained by one group or held by several
+    assert sum(g["retained"]["words"] for g in r["groups"]) + r["shared"]["words"] == r["reachable"]["words"]
+    assert r["reachable"]["words"] <= d["major_heap"]["live_words"]
+    assert sum(t.get("reachable_words", 0) for t in d["by_tag"]) == r["reachable"]["words"]
+    if mode == "ephemeron":  # held while its key lives, but by no strong root
+        assert groups["global Retain"]["retained"]["words"] < 1000, groups["global Retain"]
+    if mode == "stack":  # the frame's live slots, read exactly: no conservative group holds it
+        assert all(not g["conservative"] or g["retained"]["words"] < 1000 for g in r["groups"]), r["groups"]
+
+
+def test_retainers_global_hashtbl():
+    _check_retained_by("table")
+
+
+def test_retainers_closure_in_a_global_ref():
+    _check_retained_by("closure")
+
+
+def test_retainers_stack_frame_named_by_its_function():
+    _check_retained_by("stack")
+
+
+def test_retainers_c_global_root():
+    _check_retained_by("croot")
+
+
+def test_retainers_ephemeron_data_is_not_retained_strongly():
+    _check_retained_by("ephemeron")
+
+
+def test_retainers_text_names_the_retaining_module():
+    p = subprocess.Popen([chtest.fixture("retain"), "table", "n=20000"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    truth = int(p.stdout.readline().decode().split("words=")[1])
+    try:
+        r, out = _exact(p.pid, ["--retainers"], out_name="heap.txt")
+        assert r.returncode == 0, r.stderr
+        text = open(out).read()
+        first = [ln for ln in text.split("retained by root group")[1].splitlines()[2:] if ln.strip()][0]
+        assert first.split()[:2] == ["global", "Retain"] and truth <= int(first.split()[2]) <= truth + 100, text
+        assert "reachable from the roots" in text, text
+        _end(p)
+    finally:
+        p.kill()
+
+
+def test_retainers_consistent_while_compacting():
+    p, _ = _start(["busy", "compact", "n=1000"])
+    try:
+        for _ in range(8):
+            r, out = _exact(p.pid, ["--retainers", "--max-wait", "30", "--max-pause", "20"])
+            assert r.returncode == 0, r.stderr
+            d = json.load(open(out))
+            rt = d["retainers"]
+            assert _consistent(d["major_heap"]), d["major_heap"]
+            assert sum(g["retained"]["words"] for g in rt["groups"]) + rt["shared"]["words"] == \
+                rt["reachable"]["words"] <= d["major_heap"]["live_words"]
+        _end(p)
+    finally:
+        p.kill()

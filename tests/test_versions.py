@@ -129,6 +129,10 @@ CHECKS4_EXTRA = [
     (_minor, "test_c_allocations_deep_in_a_recursion_trap_once_a_sample"),
     (_exact, "test_exact_census_equals_gc_stat"),
     (_exact, "test_exact_census_consistent_while_compacting"),
+    (_exact, "test_retainers_global_hashtbl"),
+    (_exact, "test_retainers_stack_frame_named_by_its_function"),
+    (_exact, "test_retainers_c_global_root"),
+    (_exact, "test_retainers_ephemeron_data_is_not_retained_strongly"),
 ]
 
 for _name in RELEASES4:

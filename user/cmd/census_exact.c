@@ -17,6 +17,7 @@
 #include <json-glib/json-glib.h>
 
 #include "heap/freeze.h"
+#include "heap/trace4.h"
 #include "heap/walk4.h"
 #include "output/jsonw.h"
 #include "output/outfile.h"
@@ -25,6 +26,7 @@
 
 struct exact_run {
 	struct walk4_census c;
+	struct trace4_result *tr;  /* --retainers, else NULL */
 	double pause_s, wait_s;
 	unsigned stops;
 	size_t threads;
@@ -73,6 +75,47 @@ static void size_bounds(unsigned k, uint64_t *lo, uint64_t *hi)
 	*hi = k + 1 == WALK4_SIZE_CLASSES ? 0 : 1ull << k;
 }
 
+static int cmp_group_retained(const void *a, const void *b)
+{
+	const struct trace4_group *x = *(const struct trace4_group *const *)a, *y = *(const struct trace4_group *const *)b;
+
+	return x->retained.words < y->retained.words ? 1 : x->retained.words > y->retained.words ? -1 : 0;
+}
+
+/* What keeps the heap alive: the root groups by what they alone retain. */
+static void render_retainers(FILE *f, const struct exact_run *x, int top)
+{
+	const struct trace4_result *r = x->tr;
+	const struct trace4_group *g[TRACE4_MAX_GROUPS];
+	uint64_t live = x->c.live_words, reach = r->reachable.words;
+	unsigned n = 0, shown = 0;
+
+	for (unsigned i = 0; i < r->ngroups; i++)
+		if (r->groups[i].retained.blocks || r->groups[i].roots)
+			g[n++] = &r->groups[i];
+	qsort(g, n, sizeof(g[0]), cmp_group_retained);
+	fprintf(f, "\nreachable from the roots: %llu words (%.1f MiB) in %llu blocks; not reachable: %llu words "
+		   "(%.1f MiB), garbage the GC has not freed yet\n",
+		(unsigned long long)reach, mib(reach), (unsigned long long)r->reachable.blocks,
+		(unsigned long long)(live > reach ? live - reach : 0), mib(live > reach ? live - reach : 0));
+	fprintf(f, "\nretained by root group (what the GC would free without that group's roots; ~ scanned "
+		   "conservatively)\n  %-50s %12s %9s %10s %8s\n", "ROOTS", "WORDS", "MiB", "BLOCKS", "ROOTS");
+	for (unsigned i = 0; i < n && (!top || (int)shown < top); i++, shown++)
+		fprintf(f, "%s %-50.50s %12llu %9.1f %10llu %8llu\n", g[i]->conservative ? "~" : " ", g[i]->name,
+			(unsigned long long)g[i]->retained.words, mib(g[i]->retained.words),
+			(unsigned long long)g[i]->retained.blocks, (unsigned long long)g[i]->roots);
+	if (n > shown)
+		fprintf(f, "  (%u more groups)\n", n - shown);
+	fprintf(f, "  %-50s %12llu %9.1f %10llu\n", "held by two groups or more", (unsigned long long)r->shared.words,
+		mib(r->shared.words), (unsigned long long)r->shared.blocks);
+	if (r->not_read[0])
+		fprintf(f, "  not read: %s\n", r->not_read);
+	fprintf(f, "  trace %.1f ms, %.1f MiB of camlheap's memory (heap / %.0f)%s\n", r->trace_s * 1e3,
+		(double)r->index_bytes / 1048576.0,
+		r->index_bytes ? (double)x->c.heap_words * 8.0 / (double)r->index_bytes : 0.0,
+		r->rescans ? ", with rescans" : "");
+}
+
 static void render_text(FILE *f, const struct exact_run *x, int top)
 {
 	const struct walk4_census *c = &x->c;
@@ -100,12 +143,14 @@ static void render_text(FILE *f, const struct exact_run *x, int top)
 	fprintf(f, "minor heap: %llu words allocated (not walked: its blocks are counted when promoted)\n",
 		(unsigned long long)c->minor_words);
 
+	if (x->tr)
+		render_retainers(f, x, top);
 	for (unsigned t = 0; t < 256; t++)
 		if (c->by_tag[t].blocks)
 			order[n++] = t;
 	qsort_r(order, n, sizeof(order[0]), cmp_tag_words, (void *)c);
-	fprintf(f, "\nlive by tag%s\n  %-22s %12s %12s %9s %6s\n", top && (int)n > top ? " (largest first)" : "",
-		"TAG", "BLOCKS", "WORDS", "MiB", "%");
+	fprintf(f, "\nlive by tag%s\n  %-22s %12s %12s %9s %6s%s\n", top && (int)n > top ? " (largest first)" : "",
+		"TAG", "BLOCKS", "WORDS", "MiB", "%", x->tr ? "    REACHABLE WORDS" : "");
 	for (unsigned i = 0; i < n && (!top || (int)i < top); i++) {
 		unsigned t = order[i];
 		char name[40];
@@ -114,9 +159,12 @@ static void render_text(FILE *f, const struct exact_run *x, int top)
 			snprintf(name, sizeof(name), "%u %s", t, tag_name(t));
 		else
 			snprintf(name, sizeof(name), "%u (block)", t);
-		fprintf(f, "  %-22s %12llu %12llu %9.1f %5.1f%%\n", name, (unsigned long long)c->by_tag[t].blocks,
+		fprintf(f, "  %-22s %12llu %12llu %9.1f %5.1f%%", name, (unsigned long long)c->by_tag[t].blocks,
 			(unsigned long long)c->by_tag[t].words, mib(c->by_tag[t].words),
 			c->live_words ? 100.0 * (double)c->by_tag[t].words / (double)c->live_words : 0.0);
+		if (x->tr)
+			fprintf(f, " %18llu", (unsigned long long)x->tr->reach_by_tag[t].words);
+		fputc('\n', f);
 	}
 	fprintf(f, "\nlive by size (words with the header)\n  %-22s %12s %12s %9s %6s\n", "SIZE", "BLOCKS", "WORDS",
 		"MiB", "%");
@@ -156,6 +204,44 @@ static void json_count(JsonBuilder *jb, const struct walk4_count *n)
 {
 	json_member_int(jb, "blocks", (int64_t)n->blocks);
 	json_member_int(jb, "words", (int64_t)n->words);
+}
+
+static void json_retainers(JsonBuilder *jb, const struct trace4_result *r)
+{
+	json_builder_set_member_name(jb, "retainers");
+	json_builder_begin_object(jb);
+	json_builder_set_member_name(jb, "reachable");
+	json_builder_begin_object(jb);
+	json_count(jb, &r->reachable);
+	json_builder_end_object(jb);
+	json_builder_set_member_name(jb, "shared");
+	json_builder_begin_object(jb);
+	json_count(jb, &r->shared);
+	json_builder_end_object(jb);
+	json_builder_set_member_name(jb, "groups");
+	json_builder_begin_array(jb);
+	for (unsigned i = 0; i < r->ngroups; i++) {
+		json_builder_begin_object(jb);
+		json_member_str(jb, "name", r->groups[i].name);
+		json_builder_set_member_name(jb, "conservative");
+		json_builder_add_boolean_value(jb, r->groups[i].conservative);
+		json_member_int(jb, "roots", (int64_t)r->groups[i].roots);
+		json_builder_set_member_name(jb, "retained");
+		json_builder_begin_object(jb);
+		json_count(jb, &r->groups[i].retained);
+		json_builder_end_object(jb);
+		json_builder_end_object(jb);
+	}
+	json_builder_end_array(jb);
+	json_member_int(jb, "static_blocks", (int64_t)r->static_blocks);
+	json_member_int(jb, "rescans", (int64_t)r->rescans);
+	json_member_int(jb, "sweeps", (int64_t)r->sweeps);
+	json_member_int(jb, "line_reads", (int64_t)r->line_reads);
+	json_member_int(jb, "bytes_read", (int64_t)r->bytes_read);
+	json_member_str(jb, "not_read", r->not_read[0] ? r->not_read : NULL);
+	json_member_double(jb, "trace_s", r->trace_s);
+	json_member_int(jb, "memory_bytes", (int64_t)r->index_bytes);
+	json_builder_end_object(jb);
 }
 
 static int render_json(FILE *f, const struct exact_run *x)
@@ -202,6 +288,10 @@ static int render_json(FILE *f, const struct exact_run *x)
 			json_member_int(jb, "tag", t);
 			json_member_str(jb, "name", tag_name(t));
 			json_count(jb, &c->by_tag[t]);
+			if (x->tr) {
+				json_member_int(jb, "reachable_blocks", (int64_t)x->tr->reach_by_tag[t].blocks);
+				json_member_int(jb, "reachable_words", (int64_t)x->tr->reach_by_tag[t].words);
+			}
 			json_builder_end_object(jb);
 		}
 	json_builder_end_array(jb);
@@ -233,6 +323,8 @@ static int render_json(FILE *f, const struct exact_run *x)
 	}
 	json_builder_end_array(jb);
 	json_member_int(jb, "custom_other_blocks", (int64_t)c->custom_other_blocks);
+	if (x->tr)
+		json_retainers(jb, x->tr);
 	json_builder_end_object(jb);
 	root = json_builder_get_root(jb);
 	json_generator_set_root(gen, root);
@@ -262,6 +354,31 @@ static int write_output(const struct census_exact_opts *o, const struct exact_ru
 		return ret < 0 ? ret : -EIO;
 	}
 	return outfile_commit(&out);
+}
+
+/* The walk, and with --retainers the trace, while the target is stopped:
+ * both within max_pause_s of the stop. */
+static int exact_walk(const struct census_exact_opts *o, const struct target *t, const struct heap_freeze *fz,
+		      struct exact_run *x, char *msg, size_t len)
+{
+	double deadline = fz->stopped_at + o->max_pause_s;
+	struct heap_index hx = { 0 };
+	int ret;
+
+	bool minor = true; /* Caml_state's young_ptr is exact when no thread runs OCaml code */
+
+	if (!o->retainers)
+		return walk4_census(t, deadline, NULL, false, &x->c, msg, len);
+	x->tr = calloc(1, sizeof(*x->tr));
+	if (!x->tr)
+		return -ENOMEM;
+	for (size_t i = 0; i < fz->ntids; i++)
+		minor &= fz->first_ra[i] != FREEZE_IN_OCAML;
+	ret = walk4_census(t, deadline, &hx, minor, &x->c, msg, len);
+	if (!ret)
+		ret = trace4_run(t, fz, &hx, deadline, x->tr, msg, len);
+	hx_free(&hx);
+	return ret;
 }
 
 int census_exact_run(const struct census_exact_opts *o)
@@ -302,7 +419,7 @@ int census_exact_run(const struct census_exact_opts *o)
 	x.threads = fz.ntids;
 	if (hold) /* tests: a long stop, to kill camlheap during it */
 		usleep((useconds_t)atoi(hold) * 1000);
-	ret = walk4_census(&t, fz.stopped_at + o->max_pause_s, &x.c, msg, sizeof(msg));
+	ret = exact_walk(o, &t, &fz, &x, msg, sizeof(msg));
 	x.pause_s = heap_freeze_release(&fz);
 	if (ret == -ETIME) {
 		fprintf(stderr,
@@ -310,11 +427,13 @@ int census_exact_run(const struct census_exact_opts *o)
 			"was stopped there: PID %d runs on; nothing written (give a larger --max-pause)\n",
 			o->max_pause_s, (unsigned long long)x.c.heap_chunks, (unsigned long long)x.c.rt_heap_chunks,
 			mib(x.c.heap_words), mib(x.c.rt_heap_wsz), (int)o->pid);
+		free(x.tr);
 		target_release(&t);
 		return 1;
 	}
 	if (ret < 0) {
 		fprintf(stderr, "camlheap: %s; PID %d runs on, nothing written\n", msg, (int)o->pid);
+		free(x.tr);
 		target_release(&t);
 		return 1;
 	}
@@ -324,6 +443,7 @@ int census_exact_run(const struct census_exact_opts *o)
 	else if (!o->quiet)
 		fprintf(stderr, "camlheap: PID %d paused %.1f ms for the walk of %.1f MiB\n", (int)o->pid,
 			x.pause_s * 1e3, mib(x.c.heap_words));
+	free(x.tr);
 	target_release(&t);
 	return ret < 0 ? 1 : 0;
 }

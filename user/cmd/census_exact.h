@@ -15,6 +15,7 @@ struct census_exact_opts {
 	int top;               /* tags shown in the text, 0: all */
 	double max_pause_s;    /* the walk stops (nothing written, exit 1) once the target was stopped this long */
 	double max_wait_s;     /* stops tried for this long, seconds, to find one outside the memory manager */
+	bool retainers;        /* also trace from the roots: reachable, and retained by root group (heap/trace4.h) */
 	bool quiet;
 };
 

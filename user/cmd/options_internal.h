@@ -15,7 +15,7 @@
  * report options that share them (the commands' own start at 0x200). */
 enum { OPT_MAX_DEPTH = 0x100, OPT_EXECUTOR, OPT_KEEP_AWAKE, OPT_LIVE, OPT_VALUE, OPT_NO_CENSUS, OPT_MAX_TRACKED, OPT_WAIT_MAJOR,
        OPT_BY_DOMAIN, OPT_MALLOC, OPT_BUDGET, OPT_SERVE_FD, OPT_INTERVAL, OPT_OUTDIR, OPT_BY,
-       OPT_BASE_NICE, OPT_TRAP_COST, OPT_KERNEL_BTF, OPT_EXACT, OPT_MAX_PAUSE, OPT_MAX_WAIT };
+       OPT_BASE_NICE, OPT_TRAP_COST, OPT_KERNEL_BTF, OPT_EXACT, OPT_MAX_PAUSE, OPT_MAX_WAIT, OPT_RETAINERS };
 
 /* ---- options.c: option arguments --------------------------------------- */
 

@@ -149,6 +149,8 @@ static const struct argp_option census_options[] = {
 	{ "quiet", 'q', NULL, 0, "Say nothing on stderr but errors", 0 },
 	{ "exact", OPT_EXACT, NULL, 0,
 	  "Count every block of the major heap, the program stopped meanwhile (OCaml 4.12-4.14; no sampling)", 1 },
+	{ "retainers", OPT_RETAINERS, NULL, 0,
+	  "With --exact (implied): trace from the roots, what is reachable and what each group of roots retains", 1 },
 	{ "max-pause", OPT_MAX_PAUSE, "SECONDS", 0,
 	  "--exact: stop the walk (nothing written, exit 1) once the program was stopped this long (default 1)", 1 },
 	{ "max-wait", OPT_MAX_WAIT, "SECONDS", 0,
@@ -373,6 +375,9 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 	case OPT_EXACT:
 		o->exact = true;
 		break;
+	case OPT_RETAINERS:
+		o->exact = o->retainers = true;
+		break;
 	case OPT_MAX_PAUSE:
 	case OPT_MAX_WAIT: {
 		double *d = key == OPT_MAX_PAUSE ? &o->max_pause_s : &o->max_wait_s;
@@ -594,6 +599,7 @@ int record_command(int argc, char **argv, bool census)
 			.pid = o.pid, .output = o.output, .json = o.format == REPORT_JSON, .top = o.top,
 			.max_pause_s = o.max_pause_s > 0 ? o.max_pause_s : 1.0,
 			.max_wait_s = o.max_wait_s > 0 ? o.max_wait_s : 5.0, .quiet = o.quiet,
+			.retainers = o.retainers,
 		};
 
 		return census_exact_run(&e);

@@ -48,6 +48,7 @@ struct record_opts {
 	bool census;               /* `camlheap census`: write the census report */
 	int wait_major;            /* census: stop once this many full major cycles ended after attach (0: no) */
 	bool exact;                /* census --exact: walk the whole major heap instead (cmd/census_exact.h) */
+	bool retainers;            /* census --retainers: and trace it from the roots */
 	double max_pause_s;        /* census --exact: the longest stop of the target, seconds */
 	double max_wait_s;         /* census --exact: how long to look for a consistent stop, seconds */
 	bool malloc;               /* --malloc: sample libc malloc/free and anonymous mmap too */

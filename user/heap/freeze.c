@@ -77,6 +77,7 @@ static int tid_add(struct heap_freeze *f, pid_t t)
 		size_t cap = f->cap ? 2 * f->cap : 16;
 		pid_t *tids = realloc(f->tids, cap * sizeof(*tids));
 		int *sigs;
+		uint64_t *ra;
 
 		if (!tids)
 			return -ENOMEM;
@@ -85,9 +86,14 @@ static int tid_add(struct heap_freeze *f, pid_t t)
 		if (!sigs)
 			return -ENOMEM;
 		f->pending_sig = sigs;
+		ra = realloc(f->first_ra, cap * sizeof(*ra));
+		if (!ra)
+			return -ENOMEM;
+		f->first_ra = ra;
 		f->cap = cap;
 	}
 	f->tids[f->ntids] = t;
+	f->first_ra[f->ntids] = 0;
 	f->pending_sig[f->ntids++] = 0;
 	return 0;
 }
@@ -115,6 +121,7 @@ static int wait_stop(struct heap_freeze *f, size_t i)
 		if (r < 0 || WIFEXITED(st) || WIFSIGNALED(st)) {
 			f->tids[i] = f->tids[f->ntids - 1];
 			f->pending_sig[i] = f->pending_sig[f->ntids - 1];
+			f->first_ra[i] = f->first_ra[f->ntids - 1];
 			f->ntids--;
 			return -ESRCH;
 		}
@@ -207,6 +214,7 @@ struct unwind_ctx {
 	uint64_t bias;
 	const char *unsafe;  /* set: the frame's function that makes the stop unusable */
 	bool ocaml;          /* reached an OCaml frame */
+	uint64_t first_ra;   /* its return address, if not the innermost frame */
 	unsigned frames;
 };
 
@@ -226,6 +234,7 @@ static int frame_cb(Dwfl_Frame *frame, void *arg)
 	if (sym && sym->vaddr <= pc - u->bias && pc - u->bias < sym->vaddr + (sym->size ? sym->size : 1)) {
 		if (fn_ocaml(sym->name)) {
 			u->ocaml = true;
+			u->first_ra = activation ? FREEZE_IN_OCAML : pc + 1;
 			return DWARF_CB_ABORT;
 		}
 		if (fn_unsafe(sym->name)) {
@@ -260,6 +269,7 @@ static bool stop_consistent(struct heap_freeze *f, const struct elf_image *img, 
 		struct unwind_ctx u = { .img = img, .bias = bias };
 		int r = dwfl_getthread_frames(dwfl, f->tids[i], frame_cb, &u);
 
+		f->first_ra[i] = u.first_ra;
 		if (u.unsafe) {
 			snprintf(f->unsafe_fn, sizeof(f->unsafe_fn), "%s", u.unsafe);
 			ok = false;
@@ -319,8 +329,10 @@ double heap_freeze_release(struct heap_freeze *f)
 		ptrace(PTRACE_DETACH, f->tids[i], 0, (void *)(long)f->pending_sig[i]);
 	free(f->tids);
 	free(f->pending_sig);
+	free(f->first_ra);
 	f->tids = NULL;
 	f->pending_sig = NULL;
+	f->first_ra = NULL;
 	f->ntids = f->cap = 0;
 	return stopped;
 }

@@ -26,10 +26,15 @@
 
 #include "target/elf_image.h"
 
+#define FREEZE_IN_OCAML 1
+
 struct heap_freeze {
 	pid_t pid;
 	pid_t *tids;          /* the seized threads */
 	int *pending_sig;     /* per thread: a signal to hand back on resume (0: none) */
+	uint64_t *first_ra;   /* per thread, at the kept stop: the return address into its first OCaml
+			       * frame above C frames; FREEZE_IN_OCAML if its innermost frame is OCaml
+			       * code; 0 if it has no OCaml frame */
 	size_t ntids, cap;
 	unsigned attempts;    /* stops tried until one was consistent */
 	double wait_s;        /* from the first stop to the kept one, seconds (the target ran meanwhile) */

@@ -117,8 +117,8 @@ static int sym_addr(const struct target *t, const char *name, uint64_t *addr, ch
 }
 
 /* The blocks of one chunk [chunk, end). */
-static int walk_chunk(struct reader *r, struct walk4_census *c, uint64_t chunk, uint64_t end, uint64_t sweep_hp,
-		      double deadline, char *err, size_t errlen)
+static int walk_chunk(struct reader *r, struct walk4_census *c, struct heap_index *hx, uint64_t chunk, uint64_t end,
+		      uint64_t sweep_hp, double deadline, char *err, size_t errlen)
 {
 	uint64_t hp = chunk, hd, n = 0;
 
@@ -153,6 +153,8 @@ static int walk_chunk(struct reader *r, struct walk4_census *c, uint64_t chunk, 
 		} else {
 			unsigned k = walk4_size_class(whsize);
 
+			if (hx)
+				hx_set_start(hx, hp);
 			c->live_blocks++;
 			c->live_words += whsize;
 			c->by_tag[tag].blocks++;
@@ -172,7 +174,32 @@ static int walk_chunk(struct reader *r, struct walk4_census *c, uint64_t chunk, 
 	return 0;
 }
 
-int walk4_census(const struct target *t, double deadline, struct walk4_census *c, char *err, size_t errlen)
+/* The minor heap's blocks [lo, hi), back to back from young_ptr, into hx
+ * as one more chunk (not counted in the census).  Dropped again if a
+ * block runs past hi (young_ptr was not where the blocks start). */
+static void index_minor(struct reader *r, struct heap_index *hx, uint64_t lo, uint64_t hi)
+{
+	uint64_t hp = lo, hd;
+
+	if (hi <= lo || hx_add_chunk(hx, lo, hi) < 0)
+		return;
+	while (hp < hi) {
+		if (read_word(r, hp, hi, &hd) < 0 || (hd >> 10) + 1 > (hi - hp) / 8) {
+			struct hx_chunk *c = &hx->chunks[--hx->nchunks];
+
+			free(c->starts);
+			free(c->rank);
+			return;
+		}
+		hx_set_start(hx, hp);
+		hp += 8 * ((hd >> 10) + 1);
+	}
+	hx->minor_lo = lo;
+	hx->minor_hi = hi;
+}
+
+int walk4_census(const struct target *t, double deadline, struct heap_index *hx, bool minor, struct walk4_census *c,
+		 char *err, size_t errlen)
 {
 	struct reader r = { .pid = t->pid };
 	uint64_t heap_start_sym, phase_sym, sweep_sym, chunk, sweep_hp, state, young[2];
@@ -226,14 +253,23 @@ int walk4_census(const struct target *t, double deadline, struct walk4_census *c
 			goto out;
 		}
 		c->heap_words += head[2] / 8;
-		ret = walk_chunk(&r, c, chunk, chunk + head[2], sweep_hp, deadline, err, errlen);
+		if (hx && hx_add_chunk(hx, chunk, chunk + head[2]) < 0) {
+			ret = -ENOMEM;
+			snprintf(err, errlen, "no memory for the heap's index");
+			goto out;
+		}
+		ret = walk_chunk(&r, c, hx, chunk, chunk + head[2], sweep_hp, deadline, err, errlen);
 		if (ret) {
 			c->complete = 0;
 			goto out;
 		}
 		chunk = head[3];
 	}
-	ret = 0;
+	if (hx && minor)
+		index_minor(&r, hx, young[0], young[1]);
+	ret = hx ? hx_finish(hx) : 0;
+	if (ret)
+		snprintf(err, errlen, "no memory for the heap's index");
 out:
 	c->bytes_read = r.bytes_read;
 	c->walk_s = mono_s() - t0;

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "heap/hindex.h"
 #include "target/target.h"
 
 /* Size classes of live blocks, by words with the header: 1, 2, 3-4, 5-8,
@@ -56,14 +57,18 @@ struct walk4_census {
 };
 
 /* Walk the major heap of the stopped 4.x target t (t->rt.major == 4):
- * counts into c.  Stops early (c->complete 0, -ETIME) once CLOCK_MONOTONIC
+ * counts into c; with hx (else NULL), every live block indexed there
+ * (hx_finish done), and with `minor` the minor heap's blocks too, from
+ * Caml_state's young_ptr (exact only if no thread runs OCaml code, which
+ * keeps young_ptr in r15: hx->minor_lo set if they were indexed).  Stops early (c->complete 0, -ETIME) once CLOCK_MONOTONIC
  * passes `deadline` (seconds).  Reads the target's memory only
  * (process_vm_readv), 256 KiB at a time.  Returns 0, or -errno with err
  * set: -ENOTSUP not a 4.x runtime or the symbols it needs are missing
  * (.symtab stripped), -EFAULT memory unreadable, -EPROTO the heap is not
  * as described above (a block running past its chunk's end, more chunks
  * than the runtime counts). */
-int walk4_census(const struct target *t, double deadline, struct walk4_census *c, char *err, size_t errlen);
+int walk4_census(const struct target *t, double deadline, struct heap_index *hx, bool minor, struct walk4_census *c,
+		 char *err, size_t errlen);
 
 /* The size class of a block of `whsize` words with its header. */
 unsigned walk4_size_class(uint64_t whsize);

@@ -1,0 +1,542 @@
+/* trace4.c -- reachability and retained sizes of root groups in a stopped
+ * 4.x heap (trace4.h). */
+#define _GNU_SOURCE
+#include "heap/trace4_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "camlheap.h"
+
+#define NO_SCAN_TAG 251        /* runtime/caml/mlvalues.h */
+#define INFIX_TAG 249
+#define LINE_BYTES 16384       /* the heap is read a line at a time, through a cache of lines */
+#define CACHE_SHARE 32         /* the cache: 1/32 of the heap's size ... */
+#define CACHE_MIN_LINES 64     /* ... and at least this many lines */
+#define WORK_CAP (1u << 20)    /* pending entries (16 MiB); beyond, rescans */
+#define NONE UINT32_MAX
+#define MAX_STATIC_WORDS 65536 /* a larger "static block" is not one */
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int tracer_read(struct tracer *tr, uint64_t addr, void *buf, size_t len)
+{
+	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
+
+	if (process_vm_readv(tr->pid, &local, 1, &remote, 1, 0) != (ssize_t)len)
+		return -EFAULT;
+	tr->r->bytes_read += len;
+	return 0;
+}
+
+unsigned tracer_group(struct tracer *tr, const char *name, bool conservative)
+{
+	struct trace4_result *r = tr->r;
+	struct trace4_group *g;
+
+	if (r->ngroups == TRACE4_MAX_GROUPS) {
+		g = &r->groups[TRACE4_MAX_GROUPS - 1];
+		snprintf(g->name, sizeof(g->name), "other roots");
+		g->conservative |= conservative;
+		return TRACE4_MAX_GROUPS;
+	}
+	g = &r->groups[r->ngroups++];
+	snprintf(g->name, sizeof(g->name), "%s", name);
+	g->conservative = conservative;
+	return r->ngroups;
+}
+
+static int visit_static(struct tracer *tr, uint64_t v, uint16_t label);
+
+/* v (a live major block's first field, or with is_static a block in the
+ * executable's data) is reached under `label`: into its line's list (a
+ * static block is visited at once). */
+static void push(struct tracer *tr, uint64_t v, int64_t b, const struct hx_chunk *c, uint16_t label)
+{
+	uint64_t line;
+	uint32_t i;
+
+	if (tr->hx->state[b] == label || tr->hx->state[b] == LABEL_SHARED)
+		return; /* nothing would change */
+	line = tr->line0[c - tr->hx->chunks] + (v - 8 - c->base) / LINE_BYTES;
+	if (tr->free_item != NONE) {
+		i = tr->free_item;
+		tr->free_item = tr->work[i].next;
+	} else if (tr->nwork < tr->cap) {
+		i = (uint32_t)tr->nwork++;
+	} else {
+		size_t cap = tr->cap ? 2 * tr->cap : 4096;
+		struct trace_item *w;
+
+		if (cap > WORK_CAP || !(w = realloc(tr->work, cap * sizeof(*w)))) {
+			tr->overflow = true; /* found again by a rescan of the labelled blocks */
+			return;
+		}
+		tr->work = w;
+		tr->cap = cap;
+		i = (uint32_t)tr->nwork++;
+	}
+	tr->work[i] = (struct trace_item){ v, (uint64_t)b, label, tr->head[line] };
+	tr->head[line] = i;
+	tr->pending++;
+	/* behind the sweep but still in the cache: done before the sweep
+	 * moves on, no read needed */
+	if (line <= tr->sweep_pos && tr->slot_of_line[line] != NONE && !tr->in_stack[line]) {
+		tr->in_stack[line] = 1;
+		tr->lstack[tr->nlstack++] = (uint32_t)line;
+	}
+}
+
+static bool in_data(const struct tracer *tr, uint64_t v)
+{
+	return v >= tr->data_lo && v < tr->data_hi;
+}
+
+/* A field (or root) value v under `label`: a live major block, an infix
+ * pointer into a closure, or (exact only) a static block. */
+static void follow(struct tracer *tr, uint64_t v, uint16_t label, bool exact)
+{
+	const struct hx_chunk *c;
+	uint64_t hd;
+	int64_t b;
+
+	if ((v & 7) || v < 4096)
+		return;
+	if (v >= tr->young_lo && v < tr->young_hi && !tr->hx->minor_lo)
+		return; /* the minor heap, not indexed: a root group of its own */
+	if ((b = hx_block(tr->hx, v, &c)) >= 0) {
+		push(tr, v, b, c, label);
+		return;
+	}
+	if (hx_in_heap(tr->hx, v - 8)) {
+		/* inside a closure: an infix header gives the closure's start
+		 * (runtime/caml/mlvalues.h Infix_offset_hd) */
+		if (exact && tracer_read(tr, v - 8, &hd, 8) == 0 && (hd & 0xff) == INFIX_TAG &&
+		    (b = hx_block(tr->hx, v - 8 * (hd >> 10), &c)) >= 0)
+			push(tr, v - 8 * (hd >> 10), b, c, label);
+		return;
+	}
+	if (exact && in_data(tr, v) && visit_static(tr, v, label) < 0)
+		tr->overflow = true;
+}
+
+void tracer_root(struct tracer *tr, unsigned label, uint64_t v, bool exact)
+{
+	uint64_t before = tr->pending;
+
+	follow(tr, v, (uint16_t)label, exact);
+	if (tr->pending > before)
+		tr->r->groups[label - 1].roots++;
+}
+
+/* The label a block gets when reached under `label`, or 0 if nothing
+ * changes. */
+static uint16_t relabel(uint16_t cur, uint16_t label)
+{
+	if (cur == 0)
+		return label;
+	if (cur == label || cur == LABEL_SHARED)
+		return 0;
+	return LABEL_SHARED;
+}
+
+/* The accounts of a block of whsize words and `tag` going from label cur
+ * to nw. */
+static void account(struct trace4_result *r, uint16_t cur, uint16_t nw, uint64_t whsize, unsigned tag)
+{
+	if (cur == 0) {
+		r->reachable.blocks++;
+		r->reachable.words += whsize;
+		r->reach_by_tag[tag].blocks++;
+		r->reach_by_tag[tag].words += whsize;
+	} else if (cur != LABEL_SHARED) {
+		r->groups[cur - 1].retained.blocks--;
+		r->groups[cur - 1].retained.words -= whsize;
+	}
+	if (nw == LABEL_SHARED) {
+		r->shared.blocks++;
+		r->shared.words += whsize;
+	} else {
+		r->groups[nw - 1].retained.blocks++;
+		r->groups[nw - 1].retained.words += whsize;
+	}
+}
+
+/* Push the fields of a block (header hd, `have` of its fields already in
+ * `f`, the rest read from the target) under `label`. */
+static int push_fields(struct tracer *tr, uint64_t v, uint64_t hd, const uint64_t *f, uint64_t have,
+		       uint16_t label)
+{
+	uint64_t wosize = hd >> 10, buf[1024];
+
+	if ((hd & 0xff) >= NO_SCAN_TAG)
+		return 0;
+	for (uint64_t i = 0; i < have && i < wosize; i++)
+		follow(tr, f[i], label, true);
+	for (uint64_t i = have; i < wosize; i += 1024) {
+		uint64_t n = wosize - i < 1024 ? wosize - i : 1024;
+
+		if (tracer_read(tr, v + 8 * i, buf, 8 * n))
+			return -EFAULT;
+		for (uint64_t k = 0; k < n; k++)
+			follow(tr, buf[k], label, true);
+	}
+	return 0;
+}
+
+/* A block outside the heap: its label in the static set, then as a heap
+ * block.  Returns 0 or -ENOMEM. */
+static int visit_static(struct tracer *tr, uint64_t v, uint16_t label)
+{
+	size_t i;
+	uint64_t hd;
+	uint16_t nw;
+
+	if (2 * (tr->scount + 1) > tr->scap) {
+		size_t cap = tr->scap ? 2 * tr->scap : 1024;
+		uint64_t *k = calloc(cap, sizeof(*k));
+		uint16_t *l = calloc(cap, sizeof(*l));
+
+		if (!k || !l) {
+			free(k);
+			free(l);
+			return -ENOMEM;
+		}
+		for (size_t j = 0; j < tr->scap; j++)
+			if (tr->skeys[j]) {
+				size_t h = (tr->skeys[j] >> 3) * 0x9e3779b97f4a7c15ull % cap;
+
+				while (k[h])
+					h = (h + 1) % cap;
+				k[h] = tr->skeys[j];
+				l[h] = tr->slabel[j];
+			}
+		free(tr->skeys);
+		free(tr->slabel);
+		tr->skeys = k;
+		tr->slabel = l;
+		tr->scap = cap;
+	}
+	for (i = (v >> 3) * 0x9e3779b97f4a7c15ull % tr->scap; tr->skeys[i] && tr->skeys[i] != v; i = (i + 1) % tr->scap)
+		;
+	if (!tr->skeys[i]) {
+		tr->skeys[i] = v;
+		tr->scount++;
+		tr->r->static_blocks++;
+	}
+	nw = relabel(tr->slabel[i], label);
+	if (!nw)
+		return 0;
+	tr->slabel[i] = nw;
+	if (tracer_read(tr, v - 8, &hd, 8) || (hd >> 10) > MAX_STATIC_WORDS)
+		return 0; /* not an OCaml block after all */
+	push_fields(tr, v, hd, NULL, 0, nw); /* unreadable fields: not a block after all */
+	return 0;
+}
+
+/* Line `line` of chunk c, [start, end), from the cache (read into it,
+ * the least recently used line evicted, if not there).  NULL if
+ * unreadable. */
+static const uint64_t *load_line(struct tracer *tr, const struct hx_chunk *c, uint64_t line, uint64_t *start,
+				 uint64_t *end)
+{
+	uint32_t s = tr->slot_of_line[line];
+
+	*start = c->base + (line - tr->line0[c - tr->hx->chunks]) * LINE_BYTES;
+	*end = *start + LINE_BYTES < c->end ? *start + LINE_BYTES : c->end;
+	if (s == NONE) {
+		s = tr->lru_tail; /* the least recently used */
+		if (tr->slot_used[s])
+			tr->slot_of_line[tr->slot_line[s]] = NONE;
+		if (tracer_read(tr, *start, tr->cache + (uint64_t)s * (LINE_BYTES / 8), *end - *start))
+			return NULL;
+		tr->slot_of_line[line] = s;
+		tr->slot_line[s] = line;
+		tr->r->line_reads++;
+	}
+	tr->slot_used[s] = 1;
+	if (s != tr->lru_head) { /* to the front of the LRU list */
+		if (s == tr->lru_tail)
+			tr->lru_tail = tr->lru_prev[s];
+		else
+			tr->lru_prev[tr->lru_next[s]] = tr->lru_prev[s];
+		tr->lru_next[tr->lru_prev[s]] = tr->lru_next[s];
+		tr->lru_next[s] = tr->lru_head;
+		tr->lru_prev[tr->lru_head] = s;
+		tr->lru_head = s;
+	}
+	return tr->cache + (uint64_t)s * (LINE_BYTES / 8);
+}
+
+/* The block whose header is at hp, in the loaded line buf = [start, end):
+ * labelled nw (from cur), counted if `acct`, its fields followed. */
+static int visit(struct tracer *tr, const uint64_t *buf, uint64_t hp, uint64_t start, uint64_t end, uint16_t cur,
+		 uint16_t nw, bool acct)
+{
+	uint64_t hd = buf[(hp - start) / 8], have = (end - hp) / 8 - 1;
+
+	if (acct && !(hp >= tr->hx->minor_lo && hp < tr->hx->minor_hi)) /* counts: major heap words */
+		account(tr->r, cur, nw, (hd >> 10) + 1, hd & 0xff);
+	return push_fields(tr, hp + 8, hd, buf + (hp - start) / 8 + 1, have, nw);
+}
+
+/* Every block pending in line `line` of chunk c, and those its own blocks
+ * add to it meanwhile. */
+static int process_line(struct tracer *tr, const struct hx_chunk *c, uint64_t line)
+{
+	uint64_t start, end;
+	const uint64_t *buf = load_line(tr, c, line, &start, &end);
+
+	if (!buf)
+		return -EFAULT;
+	while (tr->head[line] != NONE) {
+		uint32_t i = tr->head[line];
+		struct trace_item it = tr->work[i];
+		uint64_t b = it.b;
+		uint16_t cur = tr->hx->state[b], nw = relabel(cur, it.label);
+
+		tr->head[line] = it.next;
+		tr->work[i].next = tr->free_item;
+		tr->free_item = i;
+		tr->pending--;
+		if (!nw)
+			continue;
+		tr->hx->state[b] = nw;
+		if (visit(tr, buf, it.v - 8, start, end, cur, nw, true))
+			return -EFAULT;
+	}
+	return 0;
+}
+
+/* The lines in address order, each with blocks pending read and emptied
+ * (pushes to a line ahead are done when the sweep gets there; to a line
+ * behind still in the cache, at once; to another one behind, at the next
+ * sweep), until no line has any. */
+static int sweep(struct tracer *tr, double deadline)
+{
+	unsigned n = 0;
+	int ret;
+
+	while (tr->pending) {
+		for (size_t k = 0; k < tr->hx->nchunks; k++)
+			for (uint64_t l = tr->line0[k]; l < tr->line0[k + 1]; l++) {
+				tr->sweep_pos = l;
+				if (tr->head[l] == NONE)
+					continue;
+				if (!(++n & 255) && mono_s() > deadline)
+					return -ETIME;
+				if ((ret = process_line(tr, &tr->hx->chunks[k], l)))
+					return ret;
+				while (tr->nlstack) {
+					uint32_t b = tr->lstack[--tr->nlstack];
+
+					tr->in_stack[b] = 0;
+					if (tr->head[b] != NONE && tr->slot_of_line[b] != NONE &&
+					    (ret = process_line(tr, &tr->hx->chunks[tr->chunk_of_line[b]], b)))
+						return ret;
+				}
+			}
+		tr->r->sweeps++;
+	}
+	tr->sweep_pos = 0;
+	return 0;
+}
+
+/* The pending list overflowed: some fields were dropped.  Follow the
+ * fields of every labelled block again, a line at a time, until a pass
+ * drops nothing. */
+static int rescan(struct tracer *tr, double deadline)
+{
+	int ret;
+
+	while (tr->overflow) {
+		tr->overflow = false;
+		tr->r->rescans++;
+		for (size_t k = 0; k < tr->hx->nchunks; k++) {
+			const struct hx_chunk *c = &tr->hx->chunks[k];
+
+			for (uint64_t l = tr->line0[k]; l < tr->line0[k + 1]; l++) {
+				uint64_t start, end;
+				const uint64_t *buf;
+
+				if (mono_s() > deadline)
+					return -ETIME;
+				if (!(buf = load_line(tr, c, l, &start, &end)))
+					return -EFAULT;
+				for (uint64_t hp = start; hp < end; hp += 8) {
+					uint64_t i = (hp - c->base) / 8;
+					int64_t b;
+
+					if (!(c->starts[i / 64] & (1ull << (i % 64))))
+						continue;
+					b = hx_block(tr->hx, hp + 8, NULL);
+					if (tr->hx->state[b] && visit(tr, buf, hp, start, end, 0, tr->hx->state[b], false))
+						return -EFAULT;
+				}
+			}
+		}
+		if ((ret = sweep(tr, deadline)))
+			return ret;
+	}
+	return 0;
+}
+
+/* Ephemerons and weak arrays (4.14.2 runtime/caml/weak.h: Abstract_tag
+ * blocks chained from `caml_ephe_list_head` through field 0, data in
+ * field 1, keys from field 2, `caml_ephe_none` for none) hold nothing;
+ * but the GC keeps an ephemeron's data while the ephemeron and all its
+ * keys are alive.  Such data is traced as a group of its own, until no
+ * ephemeron's data becomes newly alive. */
+static int ephemerons(struct tracer *tr, double deadline)
+{
+	const struct elf_symbol *h = elf_image_symbol(tr->t->img, "caml_ephe_list_head");
+	const struct elf_symbol *z = elf_image_symbol(tr->t->img, "caml_ephe_none");
+	uint64_t head, none, e, f[64];
+	unsigned label = 0;
+	bool changed = true;
+	int ret;
+
+	if (!h || !z || tracer_read(tr, h->vaddr + tr->t->bias, &head, 8) ||
+	    tracer_read(tr, z->vaddr + tr->t->bias, &none, 8))
+		return 0;
+	while (changed) {
+		changed = false;
+		for (unsigned n = 0, e0 = 1; (e = e0 ? head : f[0]) && n < 10000000; n++, e0 = 0) {
+			uint64_t hd, nf;
+			int64_t b = hx_block(tr->hx, e, NULL), d;
+			bool keys_alive = true;
+
+			if (tracer_read(tr, e - 8, &hd, 8))
+				return -EFAULT;
+			nf = (hd >> 10) < 64 ? hd >> 10 : 64;
+			if (nf < 2 || tracer_read(tr, e, f, 8 * nf))
+				return -EFAULT;
+			if (b < 0 || !tr->hx->state[b] || (d = hx_block(tr->hx, f[1], NULL)) < 0 || tr->hx->state[d])
+				continue; /* unreachable ephemeron, or no data in the heap, or traced already */
+			for (uint64_t k = 2; k < (hd >> 10) && keys_alive; k++) {
+				uint64_t key = k < 64 ? f[k] : 0;
+				int64_t kb;
+
+				if (k >= 64 && tracer_read(tr, e + 8 * k, &key, 8))
+					return -EFAULT;
+				kb = hx_block(tr->hx, key, NULL);
+				keys_alive = key == none || kb < 0 || tr->hx->state[kb];
+			}
+			if (!keys_alive)
+				continue;
+			if (!label)
+				label = tracer_group(tr, "ephemeron data (alive while their keys are)", false);
+			tracer_root(tr, label, f[1], true);
+			changed = true;
+		}
+		if (changed && (ret = sweep(tr, deadline)))
+			return ret;
+	}
+	return 0;
+}
+
+/* The lines of every chunk: line0[k] the first of chunk k, line0[n] the
+ * total. */
+static int make_lines(struct tracer *tr)
+{
+	size_t n = tr->hx->nchunks;
+	uint64_t lines, heap = 0;
+
+	tr->line0 = calloc(n + 1, sizeof(*tr->line0));
+	if (!tr->line0)
+		return -ENOMEM;
+	for (size_t k = 0; k < n; k++) {
+		heap += tr->hx->chunks[k].end - tr->hx->chunks[k].base;
+		tr->line0[k + 1] = tr->line0[k] +
+				   (tr->hx->chunks[k].end - tr->hx->chunks[k].base + LINE_BYTES - 1) / LINE_BYTES;
+	}
+	lines = tr->line0[n] + 1;
+	tr->nslots = heap / CACHE_SHARE / LINE_BYTES > CACHE_MIN_LINES ? heap / CACHE_SHARE / LINE_BYTES
+									: CACHE_MIN_LINES;
+	tr->head = malloc(lines * sizeof(*tr->head));
+	tr->slot_of_line = malloc(lines * sizeof(*tr->slot_of_line));
+	tr->chunk_of_line = malloc(lines * sizeof(*tr->chunk_of_line));
+	tr->lstack = malloc(lines * sizeof(*tr->lstack));
+	tr->in_stack = calloc(lines, 1);
+	tr->cache = malloc(tr->nslots * LINE_BYTES);
+	tr->slot_used = calloc(tr->nslots, sizeof(*tr->slot_used));
+	tr->slot_line = calloc(tr->nslots, sizeof(*tr->slot_line));
+	tr->lru_prev = calloc(tr->nslots, sizeof(*tr->lru_prev));
+	tr->lru_next = calloc(tr->nslots, sizeof(*tr->lru_next));
+	if (!tr->head || !tr->slot_of_line || !tr->chunk_of_line || !tr->lstack || !tr->in_stack || !tr->cache ||
+	    !tr->slot_used || !tr->slot_line || !tr->lru_prev || !tr->lru_next)
+		return -ENOMEM;
+	for (uint32_t k = 0; k < tr->nslots; k++) { /* slot 0 the head, the last the tail */
+		tr->lru_prev[k] = k ? k - 1 : 0;
+		tr->lru_next[k] = k + 1 < tr->nslots ? k + 1 : k;
+	}
+	tr->lru_head = 0;
+	tr->lru_tail = tr->nslots - 1;
+	memset(tr->head, 0xff, lines * sizeof(*tr->head));
+	memset(tr->slot_of_line, 0xff, lines * sizeof(*tr->slot_of_line));
+	for (size_t k = 0; k < n; k++)
+		for (uint64_t l = tr->line0[k]; l < tr->line0[k + 1]; l++)
+			tr->chunk_of_line[l] = (uint32_t)k;
+	tr->free_item = NONE;
+	return 0;
+}
+
+static void free_lines(struct tracer *tr)
+{
+	free(tr->work);
+	free(tr->skeys);
+	free(tr->slabel);
+	free(tr->line0);
+	free(tr->head);
+	free(tr->slot_of_line);
+	free(tr->chunk_of_line);
+	free(tr->lstack);
+	free(tr->in_stack);
+	free(tr->cache);
+	free(tr->slot_used);
+	free(tr->slot_line);
+	free(tr->lru_prev);
+	free(tr->lru_next);
+}
+
+int trace4_run(const struct target *t, const struct heap_freeze *fz, struct heap_index *hx, double deadline,
+	       struct trace4_result *r, char *err, size_t errlen)
+{
+	struct tracer tr = { .t = t, .fz = fz, .hx = hx, .r = r, .pid = t->pid };
+	double t0 = mono_s();
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	r->index_bytes = hx_bytes(hx);
+	ret = make_lines(&tr);
+	if (!ret)
+		ret = roots4_collect(&tr, err, errlen);
+	if (!ret)
+		ret = sweep(&tr, deadline);
+	if (!ret)
+		ret = rescan(&tr, deadline);
+	if (!ret)
+		ret = ephemerons(&tr, deadline);
+	if (!ret)
+		ret = rescan(&tr, deadline);
+	if (ret == -EFAULT)
+		snprintf(err, errlen, "cannot read the heap of PID %d while tracing it", (int)t->pid);
+	else if (ret == -ENOMEM)
+		snprintf(err, errlen, "no memory for the trace");
+	r->index_bytes += tr.cap * sizeof(*tr.work) + tr.scap * 10 + tr.nslots * (LINE_BYTES + 16) +
+			  (tr.line0 ? tr.line0[hx->nchunks] * 17 : 0);
+	r->trace_s = mono_s() - t0;
+	free_lines(&tr);
+	return ret;
+}

@@ -1,0 +1,63 @@
+/* trace4.h -- what keeps a stopped OCaml 4.x program's major heap alive:
+ * every block reachable from the roots, and the blocks each group of roots
+ * retains alone (issue 25: retained sizes of root groups).
+ *
+ * The roots, by group (heap/roots4.c, as 4.14.2 runtime/roots_nat.c
+ * caml_do_roots lists them): the global data of each module
+ * (`caml_globals`, one group a module, exact; Dynlink'd ones through
+ * `caml_dyn_globals`), the C global roots (globroots.c's three skip lists,
+ * exact), the finalisers' closures and the values whose finaliser is due
+ * (finalise.c, exact), and, scanned conservatively (every word that is a
+ * pointer to a live block's first field counts), each thread's registers
+ * and stack -- its OCaml frames, its C frames and the local roots they
+ * hold -- and the minor heap's allocated part (the young blocks are not
+ * traced: what they point to in the major heap counts as held by "the minor
+ * heap").  Weak arrays and ephemerons (Abstract_tag in 4.x) hold nothing.
+ *
+ * The trace labels each block with the group that reached it, or "shared"
+ * once a second group reaches it (each block is labelled at most twice,
+ * its fields read each time): a group's retained blocks are those only it
+ * reaches -- what the GC would free if that group's roots were gone, the
+ * dominator tree's answer for a root group (Lengauer and Tarjan 1979 would
+ * give it for every block; here it is given for the groups only).
+ */
+#ifndef CH_TRACE4_H
+#define CH_TRACE4_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "heap/freeze.h"
+#include "heap/hindex.h"
+#include "heap/walk4.h"
+#include "target/target.h"
+
+#define TRACE4_MAX_GROUPS 4096
+
+struct trace4_group {
+	char name[96];           /* "global Leak", "stack of thread 1234 (main)", "C global roots", ... */
+	bool conservative;       /* its roots were words that looked like pointers */
+	uint64_t roots;          /* root values that pointed to a live major block */
+	struct walk4_count retained; /* blocks reachable from this group only, words with headers */
+};
+
+struct trace4_result {
+	struct trace4_group groups[TRACE4_MAX_GROUPS];
+	unsigned ngroups;
+	struct walk4_count reachable, shared;   /* shared: reachable from two groups or more */
+	struct walk4_count reach_by_tag[256];
+	uint64_t static_blocks;  /* blocks outside the heap (module data, constants) traced through */
+	uint64_t rescans;        /* heap rescans after the work list overflowed */
+	uint64_t sweeps, line_reads; /* sweeps over the heap in address order, 16 KiB lines read */
+	uint64_t bytes_read, index_bytes;
+	double trace_s;
+	char not_read[256];      /* roots that could not be read (symbols missing), "" if none */
+};
+
+/* Trace the heap of t, stopped by fz, indexed in hx by walk4_census.  Stops
+ * early (-ETIME) once CLOCK_MONOTONIC passes `deadline`.  Returns 0, or
+ * -errno with err set (-EFAULT memory unreadable, -ENOMEM). */
+int trace4_run(const struct target *t, const struct heap_freeze *fz, struct heap_index *hx, double deadline,
+	       struct trace4_result *r, char *err, size_t errlen);
+
+#endif
