@@ -195,6 +195,7 @@ RETAIN = {  # the fixture's mode: the group that must retain its structure
     "stack": "stack Retain.hold_on_stack",
     "croot": "C global roots (caml_register_global_root)",
     "ephemeron": "ephemeron data (alive while their keys are)",
+    "thread": "stack Retain.hold",  # a frame of a second thread, read exactly through systhreads' saved state
 }
 
 
@@ -228,7 +229,7 @@ def _check_retained_by(mode):
     assert sum(t.get("reachable_words", 0) for t in d["by_tag"]) == r["reachable"]["words"]
     if mode == "ephemeron":  # held while its key lives, but by no strong root
         assert groups["global Retain"]["retained"]["words"] < 1000, groups["global Retain"]
-    if mode == "stack":  # the frame's live slots, read exactly: no conservative group holds it
+    if mode in ("stack", "thread"):  # the frame's live slots, read exactly: no conservative group holds it
         assert all(not g["conservative"] or g["retained"]["words"] < 1000 for g in r["groups"]), r["groups"]
 
 
@@ -242,6 +243,10 @@ def test_retainers_closure_in_a_global_ref():
 
 def test_retainers_stack_frame_named_by_its_function():
     _check_retained_by("stack")
+
+
+def test_retainers_frame_of_another_thread():
+    _check_retained_by("thread")
 
 
 def test_retainers_c_global_root():
@@ -282,3 +287,22 @@ def test_retainers_consistent_while_compacting():
         _end(p)
     finally:
         p.kill()
+
+
+def test_exact_signals_sent_to_the_target_meanwhile_are_not_lost():
+    # a program compacting all the time: camlheap stops it again and again
+    # until a stop falls outside its GC; a SIGTERM sent then must still end
+    # it (a signal caught at a ptrace stop and not passed on is lost)
+    for delay in (0.05, 0.1, 0.2, 0.3, 0.4):
+        p, _ = _start(["busy", "compact", "n=1000"])
+        try:
+            c = subprocess.Popen([chtest.CAMLHEAP, "census", "-p", str(p.pid), "--exact", "--max-wait", "2", "-q",
+                                  "-o", os.path.join(chtest.tmpdir(), "x.json")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(delay)
+            p.send_signal(signal.SIGTERM)
+            c.wait(timeout=60)
+            assert p.wait(timeout=10) == -signal.SIGTERM
+        finally:
+            p.kill()
+            p.wait()

@@ -131,6 +131,7 @@ CHECKS4_EXTRA = [
     (_exact, "test_exact_census_consistent_while_compacting"),
     (_exact, "test_retainers_global_hashtbl"),
     (_exact, "test_retainers_stack_frame_named_by_its_function"),
+    (_exact, "test_retainers_frame_of_another_thread"),
     (_exact, "test_retainers_c_global_root"),
     (_exact, "test_retainers_ephemeron_data_is_not_retained_strongly"),
 ]

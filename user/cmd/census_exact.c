@@ -7,6 +7,7 @@
 #include "cmd/census_exact.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,13 +100,18 @@ static void render_retainers(FILE *f, const struct exact_run *x, int top)
 		(unsigned long long)reach, mib(reach), (unsigned long long)r->reachable.blocks,
 		(unsigned long long)(live > reach ? live - reach : 0), mib(live > reach ? live - reach : 0));
 	fprintf(f, "\nretained by root group (what the GC would free without that group's roots; ~ scanned "
-		   "conservatively)\n  %-50s %12s %9s %10s %8s\n", "ROOTS", "WORDS", "MiB", "BLOCKS", "ROOTS");
+		   "conservatively)\n  %-50s %12s %9s %10s %8s\n", "ROOT GROUP", "WORDS", "MiB", "BLOCKS", "ROOTS");
 	for (unsigned i = 0; i < n && (!top || (int)shown < top); i++, shown++)
 		fprintf(f, "%s %-50.50s %12llu %9.1f %10llu %8llu\n", g[i]->conservative ? "~" : " ", g[i]->name,
 			(unsigned long long)g[i]->retained.words, mib(g[i]->retained.words),
 			(unsigned long long)g[i]->retained.blocks, (unsigned long long)g[i]->roots);
-	if (n > shown)
-		fprintf(f, "  (%u more groups)\n", n - shown);
+	if (n > shown) {
+		uint64_t w = 0;
+
+		for (unsigned i = shown; i < n; i++)
+			w += g[i]->retained.words;
+		fprintf(f, "  (%u more groups: %llu words, %.1f MiB)\n", n - shown, (unsigned long long)w, mib(w));
+	}
 	fprintf(f, "  %-50s %12llu %9.1f %10llu\n", "held by two groups or more", (unsigned long long)r->shared.words,
 		mib(r->shared.words), (unsigned long long)r->shared.blocks);
 	if (r->not_read[0])
@@ -124,10 +130,11 @@ static void render_text(FILE *f, const struct exact_run *x, int top)
 		     c->live_words + c->free_words + c->fragments == c->heap_words;
 
 	fprintf(f, "camlheap census --exact: PID %d (%s, OCaml %s)\n", (int)x->t->pid, x->t->exe, x->t->rt.version);
-	fprintf(f, "paused %.1f ms (%zu thread%s stopped; %u stop%s tried over %.3f s before one outside the memory "
-		   "manager), %.1f MiB read\n",
-		x->pause_s * 1e3, x->threads, x->threads == 1 ? "" : "s", x->stops, x->stops == 1 ? "" : "s",
-		x->wait_s, (double)c->bytes_read / 1048576.0);
+	fprintf(f, "paused %.1f ms, %zu thread%s stopped", x->pause_s * 1e3, x->threads, x->threads == 1 ? "" : "s");
+	if (x->stops > 1)
+		fprintf(f, " at the %u%s try (%.3f s: the earlier stops found a thread in the GC or allocator)",
+			x->stops, x->stops == 2 ? "nd" : x->stops == 3 ? "rd" : "th", x->wait_s);
+	fprintf(f, "; %.1f MiB read\n", (double)c->bytes_read / 1048576.0);
 	fprintf(f, "\nmajor heap: %llu words (%.1f MiB) in %llu chunk%s, GC phase %s\n",
 		(unsigned long long)c->heap_words, mib(c->heap_words), (unsigned long long)c->heap_chunks,
 		c->heap_chunks == 1 ? "" : "s", phase_name(c->gc_phase));
@@ -138,8 +145,8 @@ static void render_text(FILE *f, const struct exact_run *x, int top)
 		(unsigned long long)c->free_words, mib(c->free_words), (unsigned long long)c->free_blocks,
 		(unsigned long long)c->largest_free);
 	fprintf(f, "  fragments  %12llu words\n", (unsigned long long)c->fragments);
-	fprintf(f, "  the runtime's own count: %llu words in %llu chunks: %s\n", (unsigned long long)c->rt_heap_wsz,
-		(unsigned long long)c->rt_heap_chunks, equal ? "equal" : "DIFFERENT (the walk is not exact)");
+	fprintf(f, "  the runtime's own count: %llu words in %llu chunk%s: %s\n", (unsigned long long)c->rt_heap_wsz,
+		(unsigned long long)c->rt_heap_chunks, c->rt_heap_chunks == 1 ? "" : "s", equal ? "equal" : "DIFFERENT (the walk is not exact)");
 	fprintf(f, "minor heap: %llu words allocated (not walked: its blocks are counted when promoted)\n",
 		(unsigned long long)c->minor_words);
 
@@ -206,18 +213,21 @@ static void json_count(JsonBuilder *jb, const struct walk4_count *n)
 	json_member_int(jb, "words", (int64_t)n->words);
 }
 
+/* "name": {"blocks": .., "words": ..} */
+static void json_count_member(JsonBuilder *jb, const char *name, const struct walk4_count *n)
+{
+	json_builder_set_member_name(jb, name);
+	json_builder_begin_object(jb);
+	json_count(jb, n);
+	json_builder_end_object(jb);
+}
+
 static void json_retainers(JsonBuilder *jb, const struct trace4_result *r)
 {
 	json_builder_set_member_name(jb, "retainers");
 	json_builder_begin_object(jb);
-	json_builder_set_member_name(jb, "reachable");
-	json_builder_begin_object(jb);
-	json_count(jb, &r->reachable);
-	json_builder_end_object(jb);
-	json_builder_set_member_name(jb, "shared");
-	json_builder_begin_object(jb);
-	json_count(jb, &r->shared);
-	json_builder_end_object(jb);
+	json_count_member(jb, "reachable", &r->reachable);
+	json_count_member(jb, "shared", &r->shared);
 	json_builder_set_member_name(jb, "groups");
 	json_builder_begin_array(jb);
 	for (unsigned i = 0; i < r->ngroups; i++) {
@@ -226,10 +236,7 @@ static void json_retainers(JsonBuilder *jb, const struct trace4_result *r)
 		json_builder_set_member_name(jb, "conservative");
 		json_builder_add_boolean_value(jb, r->groups[i].conservative);
 		json_member_int(jb, "roots", (int64_t)r->groups[i].roots);
-		json_builder_set_member_name(jb, "retained");
-		json_builder_begin_object(jb);
-		json_count(jb, &r->groups[i].retained);
-		json_builder_end_object(jb);
+		json_count_member(jb, "retained", &r->groups[i].retained);
 		json_builder_end_object(jb);
 	}
 	json_builder_end_array(jb);
@@ -388,6 +395,7 @@ int census_exact_run(const struct census_exact_opts *o)
 	struct exact_run x = { .t = &t };
 	char msg[1024];
 	const char *hold = getenv("CAMLHEAP_TEST_HOLD_MS");
+	sigset_t stop_sigs, old_mask;
 	int ret;
 
 	ret = outfile_check(o->output, msg, sizeof(msg));
@@ -402,14 +410,22 @@ int census_exact_run(const struct census_exact_opts *o)
 	}
 	if (t.rt.major != 4 || !t.rt.release_known) {
 		fprintf(stderr,
-			"camlheap: --exact walks the heaps of OCaml 4.12, 4.13 and 4.14 (tested: %s); PID %d runs "
-			"OCaml %s, whose heap layout it does not read yet: use `camlheap census -p %d` (sampled)\n",
-			ocaml_releases_tested, (int)o->pid, t.rt.version, (int)o->pid);
+			"camlheap: --exact walks the heaps of OCaml 4.12, 4.13 and 4.14; PID %d runs OCaml %s, whose "
+			"heap layout it does not read yet: use `camlheap census -p %d` (sampled)\n",
+			(int)o->pid, t.rt.version, (int)o->pid);
 		target_release(&t);
 		return 2;
 	}
+	/* ^Z (or a background read or write) must not stop camlheap while the
+	 * target is stopped: held until it runs again */
+	sigemptyset(&stop_sigs);
+	sigaddset(&stop_sigs, SIGTSTP);
+	sigaddset(&stop_sigs, SIGTTIN);
+	sigaddset(&stop_sigs, SIGTTOU);
+	sigprocmask(SIG_BLOCK, &stop_sigs, &old_mask);
 	ret = heap_freeze_stop(&fz, o->pid, t.img, t.bias, o->max_wait_s, msg, sizeof(msg));
 	if (ret < 0) {
+		sigprocmask(SIG_SETMASK, &old_mask, NULL);
 		fprintf(stderr, "camlheap: %s\n", msg);
 		target_release(&t);
 		return 2;
@@ -421,12 +437,20 @@ int census_exact_run(const struct census_exact_opts *o)
 		usleep((useconds_t)atoi(hold) * 1000);
 	ret = exact_walk(o, &t, &fz, &x, msg, sizeof(msg));
 	x.pause_s = heap_freeze_release(&fz);
-	if (ret == -ETIME) {
+	sigprocmask(SIG_SETMASK, &old_mask, NULL);
+	if (ret == -ETIME && x.c.complete)
+		fprintf(stderr,
+			"camlheap: the trace from the roots passed --max-pause %.3g s (the walk of the %.1f MiB heap "
+			"took %.3f s) and was stopped there: PID %d runs on; nothing written (give a larger "
+			"--max-pause; README: the trace's cost)\n",
+			o->max_pause_s, mib(x.c.heap_words), x.c.walk_s, (int)o->pid);
+	else if (ret == -ETIME)
 		fprintf(stderr,
 			"camlheap: the walk passed --max-pause %.3g s after %llu of %llu chunks (%.1f of %.1f MiB) and "
 			"was stopped there: PID %d runs on; nothing written (give a larger --max-pause)\n",
 			o->max_pause_s, (unsigned long long)x.c.heap_chunks, (unsigned long long)x.c.rt_heap_chunks,
 			mib(x.c.heap_words), mib(x.c.rt_heap_wsz), (int)o->pid);
+	if (ret == -ETIME) {
 		free(x.tr);
 		target_release(&t);
 		return 1;
@@ -441,8 +465,8 @@ int census_exact_run(const struct census_exact_opts *o)
 	if (ret < 0)
 		fprintf(stderr, "camlheap: cannot write %s: %s\n", o->output ? o->output : "stdout", strerror(-ret));
 	else if (!o->quiet)
-		fprintf(stderr, "camlheap: PID %d paused %.1f ms for the walk of %.1f MiB\n", (int)o->pid,
-			x.pause_s * 1e3, mib(x.c.heap_words));
+		fprintf(stderr, "camlheap: PID %d paused %.1f ms for the walk%s of %.1f MiB\n", (int)o->pid,
+			x.pause_s * 1e3, x.tr ? " and the trace" : "", mib(x.c.heap_words));
 	free(x.tr);
 	target_release(&t);
 	return ret < 0 ? 1 : 0;

@@ -207,13 +207,17 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 		if (!o->pid || o->argv)
 			argp_error(state, "census takes -p PID (a running process), and no command");
 		if (o->exact) {
-			if (o->wait_major || o->duration_s > 0 || o->malloc || o->by_stack || o->max_tracked)
-				argp_error(state, "--exact takes no --wait-major, --duration, --malloc, --by or "
-						  "--max-tracked: it samples nothing");
-			if (!o->format_given && o->output && strcmp(o->output, "-"))
-				o->format = format_of_name(o->output) == REPORT_JSON ? REPORT_JSON : REPORT_TEXT;
+			if (o->wait_major || o->duration_s > 0 || o->malloc || o->by_stack || o->max_tracked ||
+			    o->rate_given || o->executor)
+				argp_error(state, "--exact takes no --rate, --wait-major, --duration, --malloc, --by, "
+						  "--executor or --max-tracked: it samples nothing");
+			if (!o->format_given && o->output && strcmp(o->output, "-")) {
+				o->format = format_of_name(o->output);
+				if (o->format == REPORT_MEMTRACE) /* no known extension */
+					o->format = REPORT_TEXT;
+			}
 			if (o->format != REPORT_TEXT && o->format != REPORT_JSON)
-				argp_error(state, "--exact writes text or json");
+				argp_error(state, "--exact writes text or json (-o NAME.txt or NAME.json, or --format)");
 			return;
 		}
 		if (o->max_pause_s > 0 || o->max_wait_s > 0)
@@ -270,6 +274,7 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 	case 'r':
 		if (parse_double(arg, &o->rate) || !(o->rate > 0 && o->rate <= 1))
 			argp_error(state, "invalid rate '%s': a number of samples per word in (0, 1], e.g. 1e-4", arg);
+		o->rate_given = true;
 		break;
 	case 'd':
 		if (parse_double(arg, &o->duration_s) || !(o->duration_s > 0))
@@ -383,8 +388,8 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		double *d = key == OPT_MAX_PAUSE ? &o->max_pause_s : &o->max_wait_s;
 
 		if (parse_double(arg, d) || !(*d > 0 && *d <= 3600))
-			argp_error(state, "invalid %s '%s': seconds, > 0", key == OPT_MAX_PAUSE ? "--max-pause" : "--max-wait",
-				   arg);
+			argp_error(state, "invalid %s '%s': seconds, > 0 and <= 3600",
+				   key == OPT_MAX_PAUSE ? "--max-pause" : "--max-wait", arg);
 		break;
 	}
 	case OPT_WAIT_MAJOR:

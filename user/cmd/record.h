@@ -26,6 +26,7 @@ struct record_opts {
 	pid_t pid;                 /* -p PID, or 0 with argv */
 	char **argv;               /* launch mode: NULL-terminated command, or NULL */
 	double rate;               /* lambda, samples per word */
+	bool rate_given;           /* --rate was given */
 	double duration_s;         /* 0: until stopped */
 	const char *output;        /* file, or NULL / "-" for stdout */
 	enum report_format format; /* REPORT_MEMTRACE: the recording file (recording.h) */

@@ -76,16 +76,11 @@ static int tid_add(struct heap_freeze *f, pid_t t)
 	if (f->ntids == f->cap) {
 		size_t cap = f->cap ? 2 * f->cap : 16;
 		pid_t *tids = realloc(f->tids, cap * sizeof(*tids));
-		int *sigs;
 		uint64_t *ra;
 
 		if (!tids)
 			return -ENOMEM;
 		f->tids = tids;
-		sigs = realloc(f->pending_sig, cap * sizeof(*sigs));
-		if (!sigs)
-			return -ENOMEM;
-		f->pending_sig = sigs;
 		ra = realloc(f->first_ra, cap * sizeof(*ra));
 		if (!ra)
 			return -ENOMEM;
@@ -93,9 +88,26 @@ static int tid_add(struct heap_freeze *f, pid_t t)
 		f->cap = cap;
 	}
 	f->tids[f->ntids] = t;
-	f->first_ra[f->ntids] = 0;
-	f->pending_sig[f->ntids++] = 0;
+	f->first_ra[f->ntids++] = 0;
 	return 0;
+}
+
+/* TracerPid of thread t (/proc/T/status), 0 if none or unknown. */
+static pid_t tracer_of(pid_t t)
+{
+	char path[64], line[256];
+	long tracer = 0;
+	FILE *s;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)t);
+	s = fopen(path, "re");
+	if (!s)
+		return 0;
+	while (fgets(line, sizeof(line), s))
+		if (sscanf(line, "TracerPid: %ld", &tracer) == 1)
+			break;
+	fclose(s);
+	return (pid_t)tracer;
 }
 
 static bool tid_known(const struct heap_freeze *f, pid_t t)
@@ -107,9 +119,12 @@ static bool tid_known(const struct heap_freeze *f, pid_t t)
 }
 
 /* Wait for thread i's stop after PTRACE_INTERRUPT.  A signal that
- * arrives first is a signal-delivery-stop: kept to hand back, and the
- * thread waited for again (the interrupt stop follows).  Returns 0, or
- * -ESRCH if the thread exited (then dropped from the set). */
+ * arrives first is a signal-delivery-stop: the signal is delivered then
+ * and there (PTRACE_CONT with it: its handler runs, or its default action
+ * happens, as without camlheap; a signal only kept here would be lost to
+ * the program, the kernel ignoring it at an interrupt stop, ptrace(2)),
+ * and the thread interrupted again.  Returns 0, or -ESRCH if the thread
+ * exited (then dropped from the set). */
 static int wait_stop(struct heap_freeze *f, size_t i)
 {
 	for (;;) {
@@ -120,7 +135,6 @@ static int wait_stop(struct heap_freeze *f, size_t i)
 			continue;
 		if (r < 0 || WIFEXITED(st) || WIFSIGNALED(st)) {
 			f->tids[i] = f->tids[f->ntids - 1];
-			f->pending_sig[i] = f->pending_sig[f->ntids - 1];
 			f->first_ra[i] = f->first_ra[f->ntids - 1];
 			f->ntids--;
 			return -ESRCH;
@@ -129,9 +143,8 @@ static int wait_stop(struct heap_freeze *f, size_t i)
 			continue;
 		if (st >> 16 == PTRACE_EVENT_STOP)
 			return 0;
-		if (st >> 16 == 0) { /* a signal for the thread: hand it back later, stop again */
-			f->pending_sig[i] = WSTOPSIG(st);
-			ptrace(PTRACE_CONT, f->tids[i], 0, 0);
+		if (st >> 16 == 0) { /* a signal for the thread: delivered now, then stop again */
+			ptrace(PTRACE_CONT, f->tids[i], 0, (void *)(long)WSTOPSIG(st));
 			ptrace(PTRACE_INTERRUPT, f->tids[i], 0, 0);
 			continue;
 		}
@@ -176,6 +189,12 @@ static int stop_all(struct heap_freeze *f, char *err, size_t errlen)
 				closedir(d);
 				if (e2 == ESRCH)
 					snprintf(err, errlen, "PID %d exited", (int)f->pid);
+				else if (e2 == EPERM && tracer_of(t) > 0)
+					snprintf(err, errlen,
+						 "PID %d is traced by PID %d (a debugger, strace, or another camlheap "
+						 "stopping it): the exact census must be its only tracer; try again once "
+						 "that tracer is gone",
+						 (int)f->pid, (int)tracer_of(t));
 				else
 					snprintf(err, errlen,
 						 "cannot trace PID %d (thread %d): %s; the exact census stops the "
@@ -200,13 +219,11 @@ static int stop_all(struct heap_freeze *f, char *err, size_t errlen)
 	return 0;
 }
 
-/* Resume every thread (still seized), handing back their signals. */
+/* Resume every thread (still seized). */
 static void cont_all(struct heap_freeze *f)
 {
-	for (size_t i = 0; i < f->ntids; i++) {
-		ptrace(PTRACE_CONT, f->tids[i], 0, (void *)(long)f->pending_sig[i]);
-		f->pending_sig[i] = 0;
-	}
+	for (size_t i = 0; i < f->ntids; i++)
+		ptrace(PTRACE_CONT, f->tids[i], 0, 0);
 }
 
 struct unwind_ctx {
@@ -326,12 +343,10 @@ double heap_freeze_release(struct heap_freeze *f)
 	double stopped = f->stopped_at > 0 ? mono_s() - f->stopped_at : 0;
 
 	for (size_t i = 0; i < f->ntids; i++)
-		ptrace(PTRACE_DETACH, f->tids[i], 0, (void *)(long)f->pending_sig[i]);
+		ptrace(PTRACE_DETACH, f->tids[i], 0, 0);
 	free(f->tids);
-	free(f->pending_sig);
 	free(f->first_ra);
 	f->tids = NULL;
-	f->pending_sig = NULL;
 	f->first_ra = NULL;
 	f->ntids = f->cap = 0;
 	return stopped;

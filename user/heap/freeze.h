@@ -5,8 +5,9 @@
  * Nothing is written into the target: every thread is PTRACE_SEIZEd and
  * PTRACE_INTERRUPTed (no SIGSTOP, so neither its parent nor a kill -9 of
  * camlheap sees a stopped process: the kernel detaches a dead tracer's
- * tracees and they run on), and a signal that arrives meanwhile is handed
- * back to the thread on resume.  A stop is kept only if no thread is inside
+ * tracees and they run on); a signal that arrives while camlheap stops a
+ * thread is delivered at once, one that arrives while it is stopped stays
+ * pending in the kernel and is delivered when it runs again.  A stop is kept only if no thread is inside
  * the runtime's memory manager: each thread's stack is unwound (libdwfl,
  * from the DWARF CFI the runtime, libc and ocamlopt emit) from its PC up to
  * its first OCaml frame, and none of those frames may be a function of the
@@ -31,7 +32,6 @@
 struct heap_freeze {
 	pid_t pid;
 	pid_t *tids;          /* the seized threads */
-	int *pending_sig;     /* per thread: a signal to hand back on resume (0: none) */
 	uint64_t *first_ra;   /* per thread, at the kept stop: the return address into its first OCaml
 			       * frame above C frames; FREEZE_IN_OCAML if its innermost frame is OCaml
 			       * code; 0 if it has no OCaml frame */
@@ -53,8 +53,7 @@ struct heap_freeze {
 int heap_freeze_stop(struct heap_freeze *f, pid_t pid, const struct elf_image *img, uint64_t bias,
 		     double max_wait_s, char *err, size_t errlen);
 
-/* Let every thread go (PTRACE_DETACH, handing back any signal that
- * arrived during the stop) and free f's arrays.  Returns the seconds the
+/* Let every thread go (PTRACE_DETACH) and free f's arrays.  Returns the seconds the
  * threads were stopped. */
 double heap_freeze_release(struct heap_freeze *f);
 

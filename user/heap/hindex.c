@@ -90,6 +90,21 @@ static const struct hx_chunk *chunk_of(const struct heap_index *hx, uint64_t a)
 	return NULL;
 }
 
+bool hx_is_block(const struct heap_index *hx, uint64_t v, const struct hx_chunk **chunk)
+{
+	const struct hx_chunk *c;
+	uint64_t i;
+
+	if (v & 7)
+		return false;
+	c = chunk_of(hx, v - 8);
+	if (!c)
+		return false;
+	i = (v - 8 - c->base) / 8;
+	*chunk = c;
+	return c->starts[i / 64] & (1ull << (i % 64));
+}
+
 bool hx_in_heap(const struct heap_index *hx, uint64_t v)
 {
 	return chunk_of(hx, v) != NULL;

@@ -55,18 +55,22 @@ static int block_fields(struct tracer *tr, unsigned label, uint64_t v)
 	return 0;
 }
 
-/* "camlStdlib__Hashtbl__gc_roots" -> "Stdlib.Hashtbl" */
+/* "camlStdlib__Hashtbl__gc_roots" -> "Stdlib.Hashtbl" (4.12 keeps the
+ * file's case, "camlStdlib__sys": module names are capitalised) */
 static void module_name(const char *symname, char *out, size_t len)
 {
 	const char *s = symname + 4, *end = strstr(s, "__gc_roots");
 	size_t n = 0;
+	bool first = true;
 
 	for (; *s && s != end && n + 1 < len; s++) {
 		if (s[0] == '_' && s[1] == '_') {
 			out[n++] = '.';
 			s++;
+			first = true;
 		} else {
-			out[n++] = *s;
+			out[n++] = first && *s >= 'a' && *s <= 'z' ? (char)(*s - 'a' + 'A') : *s;
+			first = false;
 		}
 	}
 	out[n] = 0;
@@ -379,52 +383,99 @@ static int ocaml_frames(struct tracer *tr, unsigned cgroup, uint64_t *sp, uint64
 	return 0;
 }
 
+#define MAX_CONTEXTS 4096
+
+/* Where threads' OCaml stacks start: Caml_state's bottom_of_stack and
+ * last_return_address (the thread that last entered C), and with
+ * systhreads each thread's saved copy (4.12.1 to 4.14.2
+ * otherlibs/systhreads/st_stubs.c struct caml_thread_struct: descr,
+ * next, prev, top_of_stack, bottom_of_stack, last_retaddr, ...,
+ * backtrace_last_exn at 96; `all_threads` a ring through next,
+ * `curr_thread` whose copy Caml_state supersedes).  The descriptors and
+ * their last exceptions are roots (exact). */
+static int stack_contexts(struct tracer *tr, uint64_t state, uint64_t (*ctx)[2], size_t *n)
+{
+	uint64_t all, cur, th, f[13];
+	unsigned label = 0;
+
+	if (tracer_read(tr, state + CH_OCAML4_BOTTOM_OF_STACK, ctx[0], 16))
+		return -EFAULT;
+	*n = 1;
+	if (sym(tr, "all_threads", &all) || sym(tr, "curr_thread", &cur) || tracer_read(tr, all, &all, 8) ||
+	    tracer_read(tr, cur, &cur, 8) || !all) {
+		if (elf_image_symbol(tr->t->img, "caml_thread_initialize") && tr->fz->ntids > 1)
+			say_not_read(tr, "systhreads' saved stacks (.symtab stripped: their stacks scanned whole)");
+		return 0;
+	}
+	th = all;
+	do {
+		if (tracer_read(tr, th, f, sizeof(f)))
+			return -EFAULT;
+		if (!label)
+			label = tracer_group(tr, "systhreads' descriptors (Thread.t)", false);
+		tracer_root(tr, label, f[0], true);
+		tracer_root(tr, label, f[12], true);
+		if (th != cur && f[4] && *n < MAX_CONTEXTS) {
+			ctx[*n][0] = f[4];
+			ctx[*n][1] = f[5];
+			(*n)++;
+		}
+		th = f[1];
+	} while (th && th != all && *n < MAX_CONTEXTS);
+	return 0;
+}
+
 /* Each thread's registers and stack, up to the end of its stack's
- * mapping.  The thread stopped in a C call that Caml_state describes (its
- * first OCaml return address is last_return_address): its C frames and
- * registers conservatively, from the stack pointer (less the 128-byte red
- * zone) to bottom_of_stack, its OCaml frames exactly (ocaml_frames).
- * Every other thread (in OCaml code, or another systhread) conservatively
- * whole.  Then the minor heap's allocated part, from the lowest young_ptr
- * (Caml_state's, or r15 where a thread runs OCaml code: 4.x amd64 keeps
- * young_ptr there) to young_alloc_end. */
+ * mapping.  A thread stopped in a C call whose OCaml stack a context
+ * describes (the context's bottom_of_stack in its stack, its
+ * last_return_address the thread's first OCaml return address): its C
+ * frames and registers conservatively, from the stack pointer (less the
+ * 128-byte red zone) to bottom_of_stack, its OCaml frames exactly
+ * (ocaml_frames).  Any other thread (in OCaml code, or undescribed)
+ * conservatively whole.  Then the minor heap's allocated part if it was
+ * not indexed, from the lowest young_ptr (Caml_state's, or r15 where a
+ * thread runs OCaml code: 4.x amd64 keeps young_ptr there) to
+ * young_alloc_end. */
 static int threads_and_minor(struct tracer *tr, uint64_t state, const uint64_t young[4], uint64_t ylo)
 {
-	uint64_t ctx[2]; /* bottom_of_stack, last_return_address */
+	static uint64_t ctx[MAX_CONTEXTS][2];
+	size_t nctx;
+	int ret;
 
-	if (tracer_read(tr, state + CH_OCAML4_BOTTOM_OF_STACK, ctx, 16))
-		return -EFAULT;
+	if ((ret = stack_contexts(tr, state, ctx, &nctx)))
+		return ret;
 	tr->stack_groups0 = tr->r->ngroups;
 	for (size_t i = 0; i < tr->fz->ntids; i++) {
 		struct user_regs_struct regs;
+		const uint64_t *c = NULL;
 		char name[96];
 		unsigned label;
 		uint64_t end, sp;
-		bool exact;
 
 		if (ptrace(PTRACE_GETREGS, tr->fz->tids[i], 0, &regs) < 0)
 			continue;
 		end = mapping_end(tr->pid, regs.rsp);
-		exact = tr->fz->first_ra[i] && tr->fz->first_ra[i] == ctx[1] && ctx[0] > regs.rsp && ctx[0] < end;
-		snprintf(name, sizeof(name), "%s of thread %d%s", exact ? "C frames and registers" : "stack and registers",
+		for (size_t k = 0; k < nctx && !c; k++)
+			if (tr->fz->first_ra[i] > FREEZE_IN_OCAML && tr->fz->first_ra[i] == ctx[k][1] &&
+			    ctx[k][0] > regs.rsp && ctx[k][0] < end)
+				c = ctx[k];
+		snprintf(name, sizeof(name), "%s of thread %d%s", c ? "C frames and registers" : "stack and registers",
 			 (int)tr->fz->tids[i], tr->fz->tids[i] == tr->pid ? " (main)" : "");
 		label = tracer_group(tr, name, true);
 		for (size_t k = 0; k < sizeof(regs) / 8; k++)
 			tracer_root(tr, label, ((uint64_t *)&regs)[k], false);
 		sp = regs.rsp > 128 ? regs.rsp - 128 : regs.rsp;
-		if (exact) {
-			int ret;
-
-			if (scan_range(tr, label, sp, ctx[0]))
+		if (c) {
+			if (scan_range(tr, label, sp, c[0]))
 				return -EFAULT;
-			sp = ctx[0];
-			ret = ocaml_frames(tr, label, &sp, ctx[1], end);
+			sp = c[0];
+			ret = ocaml_frames(tr, label, &sp, c[1], end);
 			if (ret == -EFAULT)
 				return ret;
-			if (ret)
-				tr->r->groups[label - 1].name[0] = 0, snprintf(tr->r->groups[label - 1].name, 96,
-									       "stack and registers of thread %d",
-									       (int)tr->fz->tids[i]);
+			if (ret) /* the rest of its stack scanned whole */
+				snprintf(tr->r->groups[label - 1].name, sizeof(tr->r->groups[0].name),
+					 "stack and registers of thread %d%s", (int)tr->fz->tids[i],
+					 tr->fz->tids[i] == tr->pid ? " (main)" : "");
 			else
 				sp = end;
 		}

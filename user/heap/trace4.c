@@ -20,6 +20,7 @@
 #define CACHE_MIN_LINES 64     /* ... and at least this many lines */
 #define WORK_CAP (1u << 20)    /* pending entries (16 MiB); beyond, rescans */
 #define NONE UINT32_MAX
+#define RANGE_FIELDS 512       /* a larger block's fields are followed this many at a time (work items) */
 #define MAX_STATIC_WORDS 65536 /* a larger "static block" is not one */
 
 static double mono_s(void)
@@ -62,13 +63,23 @@ static int visit_static(struct tracer *tr, uint64_t v, uint16_t label);
 /* v (a live major block's first field, or with is_static a block in the
  * executable's data) is reached under `label`: into its line's list (a
  * static block is visited at once). */
-static void push(struct tracer *tr, uint64_t v, int64_t b, const struct hx_chunk *c, uint16_t label)
+static void push(struct tracer *tr, uint64_t v, const struct hx_chunk *c, uint16_t label, uint32_t from)
 {
 	uint64_t line;
 	uint32_t i;
 
-	if (tr->hx->state[b] == label || tr->hx->state[b] == LABEL_SHARED)
-		return; /* nothing would change */
+	if (!from) { /* nothing would change: not queued (a trace makes progress even when it overflows) */
+		uint16_t st = tr->hx->state[hx_block(tr->hx, v, NULL)];
+
+		if (st == label || st == LABEL_SHARED)
+			return;
+	}
+	if (from && tr->pending > WORK_CAP / 2 && tr->ndeferred < tr->deferred_cap) {
+		/* a large block's next fields wait until the pending items
+		 * drain: they never all wait at once */
+		tr->deferred[tr->ndeferred++] = (struct trace_item){ v, label, NONE, from };
+		return;
+	}
 	line = tr->line0[c - tr->hx->chunks] + (v - 8 - c->base) / LINE_BYTES;
 	if (tr->free_item != NONE) {
 		i = tr->free_item;
@@ -87,7 +98,7 @@ static void push(struct tracer *tr, uint64_t v, int64_t b, const struct hx_chunk
 		tr->cap = cap;
 		i = (uint32_t)tr->nwork++;
 	}
-	tr->work[i] = (struct trace_item){ v, (uint64_t)b, label, tr->head[line] };
+	tr->work[i] = (struct trace_item){ v, label, tr->head[line], from };
 	tr->head[line] = i;
 	tr->pending++;
 	/* behind the sweep but still in the cache: done before the sweep
@@ -115,8 +126,8 @@ static void follow(struct tracer *tr, uint64_t v, uint16_t label, bool exact)
 		return;
 	if (v >= tr->young_lo && v < tr->young_hi && !tr->hx->minor_lo)
 		return; /* the minor heap, not indexed: a root group of its own */
-	if ((b = hx_block(tr->hx, v, &c)) >= 0) {
-		push(tr, v, b, c, label);
+	if (hx_is_block(tr->hx, v, &c)) {
+		push(tr, v, c, label, 0);
 		return;
 	}
 	if (hx_in_heap(tr->hx, v - 8)) {
@@ -124,7 +135,7 @@ static void follow(struct tracer *tr, uint64_t v, uint16_t label, bool exact)
 		 * (runtime/caml/mlvalues.h Infix_offset_hd) */
 		if (exact && tracer_read(tr, v - 8, &hd, 8) == 0 && (hd & 0xff) == INFIX_TAG &&
 		    (b = hx_block(tr->hx, v - 8 * (hd >> 10), &c)) >= 0)
-			push(tr, v - 8 * (hd >> 10), b, c, label);
+			push(tr, v - 8 * (hd >> 10), c, label, 0);
 		return;
 	}
 	if (exact && in_data(tr, v) && visit_static(tr, v, label) < 0)
@@ -173,26 +184,40 @@ static void account(struct trace4_result *r, uint16_t cur, uint16_t nw, uint64_t
 	}
 }
 
+/* Follow fields [from, from + RANGE_FIELDS) of block v of wosize fields
+ * (`have` of them from `from` on already in f, the rest read), and queue
+ * the rest as a range item of its own: a large array's fields are never
+ * all pending at once (runtime/major_gc.c's mark stack does the same
+ * with mark_entry ranges). */
+static int push_fields_from(struct tracer *tr, uint64_t v, uint64_t wosize, uint64_t from, const uint64_t *f,
+			    uint64_t have, uint16_t label)
+{
+	uint64_t end = wosize - from > RANGE_FIELDS ? from + RANGE_FIELDS : wosize, buf[RANGE_FIELDS];
+	const struct hx_chunk *c;
+
+	for (uint64_t i = from; i < from + have && i < end; i++)
+		follow(tr, f[i - from], label, true);
+	if (from + have < end) {
+		if (tracer_read(tr, v + 8 * (from + have), buf, 8 * (end - from - have)))
+			return -EFAULT;
+		for (uint64_t k = 0; k < end - from - have; k++)
+			follow(tr, buf[k], label, true);
+	}
+	if (end < wosize) {
+		if (hx_is_block(tr->hx, v, &c))
+			push(tr, v, c, label, (uint32_t)end);
+		else /* a static block: no line to queue it in */
+			return push_fields_from(tr, v, wosize, end, NULL, 0, label);
+	}
+	return 0;
+}
+
 /* Push the fields of a block (header hd, `have` of its fields already in
  * `f`, the rest read from the target) under `label`. */
 static int push_fields(struct tracer *tr, uint64_t v, uint64_t hd, const uint64_t *f, uint64_t have,
 		       uint16_t label)
 {
-	uint64_t wosize = hd >> 10, buf[1024];
-
-	if ((hd & 0xff) >= NO_SCAN_TAG)
-		return 0;
-	for (uint64_t i = 0; i < have && i < wosize; i++)
-		follow(tr, f[i], label, true);
-	for (uint64_t i = have; i < wosize; i += 1024) {
-		uint64_t n = wosize - i < 1024 ? wosize - i : 1024;
-
-		if (tracer_read(tr, v + 8 * i, buf, 8 * n))
-			return -EFAULT;
-		for (uint64_t k = 0; k < n; k++)
-			follow(tr, buf[k], label, true);
-	}
-	return 0;
+	return (hd & 0xff) >= NO_SCAN_TAG ? 0 : push_fields_from(tr, v, hd >> 10, 0, f, have, label);
 }
 
 /* A block outside the heap: its label in the static set, then as a heap
@@ -303,13 +328,18 @@ static int process_line(struct tracer *tr, const struct hx_chunk *c, uint64_t li
 	while (tr->head[line] != NONE) {
 		uint32_t i = tr->head[line];
 		struct trace_item it = tr->work[i];
-		uint64_t b = it.b;
+		uint64_t b = (uint64_t)hx_block(tr->hx, it.v, NULL);
 		uint16_t cur = tr->hx->state[b], nw = relabel(cur, it.label);
 
 		tr->head[line] = it.next;
 		tr->work[i].next = tr->free_item;
 		tr->free_item = i;
 		tr->pending--;
+		if (it.from) { /* the next fields of a large block, under the label it had then */
+			if (push_fields_from(tr, it.v, buf[(it.v - 8 - start) / 8] >> 10, it.from, NULL, 0, it.label))
+				return -EFAULT;
+			continue;
+		}
 		if (!nw)
 			continue;
 		tr->hx->state[b] = nw;
@@ -348,6 +378,15 @@ static int sweep(struct tracer *tr, double deadline)
 				}
 			}
 		tr->r->sweeps++;
+		while (!tr->pending && tr->ndeferred) {
+			struct trace_item it = tr->deferred[--tr->ndeferred];
+			const struct hx_chunk *c;
+			uint64_t hd;
+
+			if (!hx_is_block(tr->hx, it.v, &c) || tracer_read(tr, it.v - 8, &hd, 8) ||
+			    push_fields_from(tr, it.v, hd >> 10, it.from, NULL, 0, it.label))
+				return -EFAULT;
+		}
 	}
 	tr->sweep_pos = 0;
 	return 0;
@@ -464,6 +503,8 @@ static int make_lines(struct tracer *tr)
 	lines = tr->line0[n] + 1;
 	tr->nslots = heap / CACHE_SHARE / LINE_BYTES > CACHE_MIN_LINES ? heap / CACHE_SHARE / LINE_BYTES
 									: CACHE_MIN_LINES;
+	tr->deferred_cap = 65536;
+	tr->deferred = malloc(tr->deferred_cap * sizeof(*tr->deferred));
 	tr->head = malloc(lines * sizeof(*tr->head));
 	tr->slot_of_line = malloc(lines * sizeof(*tr->slot_of_line));
 	tr->chunk_of_line = malloc(lines * sizeof(*tr->chunk_of_line));
@@ -474,7 +515,7 @@ static int make_lines(struct tracer *tr)
 	tr->slot_line = calloc(tr->nslots, sizeof(*tr->slot_line));
 	tr->lru_prev = calloc(tr->nslots, sizeof(*tr->lru_prev));
 	tr->lru_next = calloc(tr->nslots, sizeof(*tr->lru_next));
-	if (!tr->head || !tr->slot_of_line || !tr->chunk_of_line || !tr->lstack || !tr->in_stack || !tr->cache ||
+	if (!tr->deferred || !tr->head || !tr->slot_of_line || !tr->chunk_of_line || !tr->lstack || !tr->in_stack || !tr->cache ||
 	    !tr->slot_used || !tr->slot_line || !tr->lru_prev || !tr->lru_next)
 		return -ENOMEM;
 	for (uint32_t k = 0; k < tr->nslots; k++) { /* slot 0 the head, the last the tail */
@@ -494,6 +535,7 @@ static int make_lines(struct tracer *tr)
 
 static void free_lines(struct tracer *tr)
 {
+	free(tr->deferred);
 	free(tr->work);
 	free(tr->skeys);
 	free(tr->slabel);

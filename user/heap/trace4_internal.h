@@ -15,9 +15,9 @@
 /* A block reached under a label, pending in its line's list. */
 struct trace_item {
 	uint64_t v;        /* a value: the address of a block's first field */
-	uint64_t b;        /* its block's number (hindex.h) */
 	uint16_t label;    /* 1..TRACE4_MAX_GROUPS, or LABEL_SHARED */
 	uint32_t next;     /* the next item of its line, or of the free list */
+	uint32_t from;     /* 0: a block to visit; else its fields from this one on (a range) */
 };
 
 struct tracer {
@@ -44,6 +44,8 @@ struct tracer {
 	uint32_t nslots;
 	unsigned stack_groups0;      /* the first group of the threads' stacks */
 	unsigned more_modules, more_frames; /* the groups of the modules and frames beyond the limit */
+	struct trace_item *deferred; /* ranges of large blocks waiting for the pending items to drain */
+	size_t ndeferred, deferred_cap;
 	bool overflow;
 	uint64_t data_lo, data_hi;   /* the executable's writable segments, target addresses */
 	uint64_t young_lo, young_hi; /* the minor heap (young_start, young_end) */
