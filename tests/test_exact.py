@@ -172,6 +172,12 @@ def test_exact_options_are_checked():
     r = subprocess.run([chtest.CAMLHEAP, "census", "-p", "1", "--max-pause", "2"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
     assert r.returncode != 0 and b"--exact options" in r.stderr, r.stderr
+    r = subprocess.run([chtest.CAMLHEAP, "census", "-p", "1", "--retainers", "--rate", "1e-3"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    assert r.returncode != 0 and b"samples nothing" in r.stderr, r.stderr
+    r = subprocess.run([chtest.CAMLHEAP, "census", "-p", "1", "--exact", "-o", "/tmp/x.svg"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    assert r.returncode != 0 and b"text or json" in r.stderr, r.stderr
 
 
 def check_exact_refuses_ocaml5():

@@ -126,11 +126,14 @@ static const char census_doc[] =
 	"With --exact (OCaml 4.12 to 4.14), no sampling: the program is stopped at a moment when no thread is in "
 	"its runtime's memory manager, every block of its major heap is counted (words and blocks by tag, size and "
 	"custom type, equal to Gc.stat's), and it runs on; the pause is reported and bounded by --max-pause. "
-	"Nothing is written into the program.\n"
+	"Nothing is written into the program. --retainers also traces the heap from its roots in that pause: "
+	"what is reachable, and what each group of roots (a module's globals, a function's stack frame, the C "
+	"global roots, ...) alone keeps alive.\n"
 	"\n"
 	"Examples:\n"
 	"  camlheap census -p 1234 --rate 1e-4 --wait-major 3 -o census.txt\n"
-	"  camlheap census -p 1234 --exact -o heap.json";
+	"  camlheap census -p 1234 --exact -o heap.json\n"
+	"  camlheap census -p 1234 --retainers --max-pause 5";
 
 static const struct argp_option census_options[] = {
 	{ "pid", 'p', "PID", 0, "The running process (required)", 0 },
