@@ -312,3 +312,47 @@ def test_exact_signals_sent_to_the_target_meanwhile_are_not_lost():
         finally:
             p.kill()
             p.wait()
+
+
+def test_exact_and_retainers_on_ocamlopt_leave_its_outputs_identical():
+    # Debian's ocamlopt.opt (stripped: .dynsym only) compiling the stdlib's
+    # largest module: walked and traced again and again while it runs, every
+    # walk equal to its runtime's own counters, and its outputs, streams and
+    # status those of a run without camlheap
+    from test_real import SRC
+    import filecmp
+    import shutil
+    d, saved = chtest.tmpdir(), chtest.tmpdir()
+    cmd = ["/usr/bin/ocamlopt.opt", "-g", "-c", "camlinternalFormat.mli", "camlinternalFormat.ml"]
+    shutil.copy(SRC, d)
+    shutil.copy(SRC + "i", d)
+    plain = subprocess.run(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    assert plain.returncode == 0, plain.stderr
+    outputs = ["camlinternalFormat" + ext for ext in (".cmi", ".cmx", ".o")]
+    for f in outputs:
+        shutil.move(os.path.join(d, f), os.path.join(saved, f))
+    p = subprocess.Popen(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    walks = traces = 0
+    out_dir = chtest.tmpdir()
+    while p.poll() is None:
+        extra = ["--retainers", "--max-pause", "30"] if walks % 2 else []
+        out = os.path.join(out_dir, "heap.json")
+        r = subprocess.run([chtest.CAMLHEAP, "census", "-p", str(p.pid), "--exact", "-q", "-o", out] + extra,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        if r.returncode != 0:  # only because it has just ended
+            assert p.poll() is not None or not os.path.exists("/proc/%d/exe" % p.pid), r.stderr
+            break
+        h = json.load(open(out))
+        assert _consistent(h["major_heap"]), h["major_heap"]
+        if "retainers" in h:
+            rt = h["retainers"]
+            assert sum(g["retained"]["words"] for g in rt["groups"]) + rt["shared"]["words"] == \
+                rt["reachable"]["words"] <= h["major_heap"]["live_words"]
+            traces += 1
+        walks += 1
+        os.unlink(out)
+    stdout, stderr = p.communicate(timeout=600)
+    assert p.returncode == 0 and stdout == plain.stdout and stderr == plain.stderr, stderr
+    for f in outputs:
+        assert filecmp.cmp(os.path.join(saved, f), os.path.join(d, f), shallow=False), "%s differs" % f
+    assert walks >= 2 and traces >= 1, (walks, traces)
