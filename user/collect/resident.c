@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "camlheap.h"
+#include "target/proc.h"
 
 /* OCaml 4.13/4.14 caml_domain_state (runtime/caml/domain_state.tbl) */
 #define OCAML4_MINOR_HEAP_WSZ 80
@@ -24,10 +25,7 @@
 
 static int peek(pid_t pid, uint64_t addr, void *buf, size_t len)
 {
-	struct iovec local = { .iov_base = buf, .iov_len = len };
-	struct iovec remote = { .iov_base = (void *)(uintptr_t)addr, .iov_len = len };
-
-	return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
+	return proc_read_mem(pid, addr, buf, len);
 }
 
 static uint64_t heap_words(pid_t pid, const struct ocaml_runtime *rt, uint64_t bias, const uint64_t *dom_states,

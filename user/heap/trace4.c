@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "camlheap.h"
+#include "target/proc.h"
 
 #define NO_SCAN_TAG 251        /* runtime/caml/mlvalues.h */
 #define INFIX_TAG 249
@@ -33,9 +34,7 @@ static double mono_s(void)
 
 int tracer_read(struct tracer *tr, uint64_t addr, void *buf, size_t len)
 {
-	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
-
-	if (process_vm_readv(tr->pid, &local, 1, &remote, 1, 0) != (ssize_t)len)
+	if (proc_read_mem(tr->pid, addr, buf, len))
 		return -EFAULT;
 	tr->r->bytes_read += len;
 	return 0;

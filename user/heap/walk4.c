@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "camlheap.h"
+#include "target/proc.h"
 
 /* heap_chunk_head (runtime/caml/major_gc.h), right before the chunk: size
  * (bytes) its third word, next its fourth (include/camlheap.h) */
@@ -36,10 +37,7 @@ struct reader {
 
 static int read_mem(struct reader *r, uint64_t addr, void *buf, size_t len)
 {
-	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
-	ssize_t n = process_vm_readv(r->pid, &local, 1, &remote, 1, 0);
-
-	if (n != (ssize_t)len)
+	if (proc_read_mem(r->pid, addr, buf, len))
 		return -EFAULT;
 	r->bytes_read += len;
 	return 0;

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "target/proc.h"
 
+#include <sys/uio.h>
+
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
@@ -298,4 +300,12 @@ void proc_thread_nice_restore(int nice0)
 {
 	if (nice0 != INT_MIN)
 		setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice0);
+}
+
+int proc_read_mem(pid_t pid, uint64_t addr, void *buf, size_t len)
+{
+	struct iovec local = { .iov_base = buf, .iov_len = len };
+	struct iovec remote = { .iov_base = (void *)(uintptr_t)addr, .iov_len = len };
+
+	return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
 }

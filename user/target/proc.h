@@ -56,6 +56,11 @@ int proc_launch_release(pid_t pid);
 /* Open a pidfd (readable when the process exits).  Returns fd or -errno. */
 int proc_pidfd(pid_t pid);
 
+/* Read len bytes at address addr of process pid (process_vm_readv, one
+ * iovec; nothing is written into it).  Returns 0, or -EFAULT if fewer were
+ * read (unmapped, the process gone, or not allowed). */
+int proc_read_mem(pid_t pid, uint64_t addr, void *buf, size_t len);
+
 /* argv (NULL-terminated) as one command line a shell would take back:
  * arguments with anything but [A-Za-z0-9_@%+=:,./-] in them, or empty,
  * single-quoted (glib's g_shell_quote); those with bytes that are not
