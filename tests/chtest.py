@@ -320,6 +320,21 @@ def record_launch(cmd, rate, extra=(), timeout=300, stdin=None):
     return rc, so, Report(text), se
 
 
+def stderr_until(p, text, timeout=60):
+    """The stderr of Popen p (a pipe) read up to `text` (bytes): what was
+    read, decoded; the rest stays for p.communicate()."""
+    buf = b""
+    deadline = time.time() + timeout
+    while text not in buf:
+        assert time.time() < deadline, buf
+        r, _, _ = select.select([p.stderr], [], [], 1)
+        if r:
+            chunk = os.read(p.stderr.fileno(), 4096)
+            assert chunk, "camlheap exited early: %r" % buf
+            buf += chunk
+    return buf.decode(errors="replace")
+
+
 class Waiting:
     """A fixture started with --wait: READY printed, blocked on stdin."""
 

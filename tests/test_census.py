@@ -203,17 +203,7 @@ def _census(pid, args, timeout=120):
 
 
 def _wait_attached(p, timeout=60):
-    buf = b""
-    deadline = time.time() + timeout
-    import select
-    while b"probes attached" not in buf:
-        assert time.time() < deadline, buf
-        r, _, _ = select.select([p.stderr], [], [], 1)
-        if r:
-            chunk = os.read(p.stderr.fileno(), 4096)
-            assert chunk, "census exited early: %r" % buf
-            buf += chunk
-    return buf
+    return chtest.stderr_until(p, b"probes attached", timeout)
 
 
 def test_census_finds_the_leak():

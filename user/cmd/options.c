@@ -1,5 +1,5 @@
 /* options.c -- the option arguments more than one command takes
- * (options_internal.h): numbers, --format, --value.  Not in main.c: the
+ * (options_internal.h): numbers, sizes, --format, --value.  Not in main.c: the
  * unit tests link every user/ object but main.o, options_*.o included.
  */
 #define _GNU_SOURCE
@@ -25,6 +25,32 @@ int parse_long(const char *s, long *out)
 	errno = 0;
 	*out = strtol(s, &end, 10);
 	return errno || end == s || *end ? -1 : 0;
+}
+
+int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || !(v >= 0))
+		return -1;
+	while (*end == ' ')
+		end++;
+	switch (*end) {
+	case 'K': case 'k': v *= 1024.0; end++; break;
+	case 'M': case 'm': v *= 1048576.0; end++; break;
+	case 'G': case 'g': v *= 1073741824.0; end++; break;
+	case 'T': case 't': v *= 1099511627776.0; end++; break;
+	default: break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || v > 9e18)
+		return -1;
+	*out = (uint64_t)v;
+	return 0;
 }
 
 int parse_format(const char *arg, enum report_format *f, bool memtrace)

@@ -1,13 +1,15 @@
 /* options_internal.h -- what the command line's files share: main.c
  * dispatches to the commands of options_record.c, options_report.c and
  * options_serve.c, which parse their options with options.c's helpers.
- * Only for cmd/main.c and cmd/options*.c.
+ * Only for cmd/main.c and cmd/options*.c, and for the parsers of values
+ * the configuration file (serve_config.c) shares with the command line.
  */
 #ifndef CH_OPTIONS_INTERNAL_H
 #define CH_OPTIONS_INTERNAL_H
 
 #include <argp.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "output/report.h"
 
@@ -24,6 +26,12 @@ enum { OPT_MAX_DEPTH = 0x100, OPT_EXECUTOR, OPT_KEEP_AWAKE, OPT_LIVE, OPT_VALUE,
  * after the number or is out of range. */
 int parse_double(const char *s, double *out);
 int parse_long(const char *s, long *out);
+
+/* A size in bytes in whole: a number (a fraction allowed), optionally
+ * followed by spaces, K, M, G or T (powers of 1024, either case) and B:
+ * "1.5G", "100M", "4096".  Returns 0, or -1 (not such a size, negative,
+ * above 9e18). */
+int parse_size(const char *s, uint64_t *out);
 
 /* --top N: the entries each table of a report shows, 1..1000000, or 0
  * for all (returned as 0); any other argument ends the parse with

@@ -17,6 +17,7 @@
 #include <glib.h>
 
 #include "camlheap.h"
+#include "cmd/options_internal.h"
 
 static const char *const serve_keys[] = { "output", "interval", "keep", "keep-bytes", "listen", "socket",
 					  "rate", "host-budget", "max-processes", "max-depth", NULL };
@@ -43,33 +44,6 @@ static int bad(char *err, size_t len, const char *path, const char *group, const
 		vsnprintf(err + n, len - (size_t)n, fmt, ap);
 	va_end(ap);
 	return -EINVAL;
-}
-
-/* "1.5G", "100M", "4096": bytes (K, M, G, T are powers of 1024). */
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || !(v >= 0))
-		return -1;
-	while (*end == ' ')
-		end++;
-	switch (*end) {
-	case 'K': case 'k': v *= 1024.0; end++; break;
-	case 'M': case 'm': v *= 1048576.0; end++; break;
-	case 'G': case 'g': v *= 1073741824.0; end++; break;
-	case 'T': case 't': v *= 1099511627776.0; end++; break;
-	default: break;
-	}
-	if (*end == 'B' || *end == 'b')
-		end++;
-	if (*end || v > 9e18)
-		return -1;
-	*out = (uint64_t)v;
-	return 0;
 }
 
 static int get_double(GKeyFile *kf, const char *path, const char *g, const char *k, double lo, double hi, bool lo_open,

@@ -43,22 +43,6 @@ int proc_starttime(pid_t pid, unsigned long long *st)
 	return proc_stat(pid, NULL, st);
 }
 
-/* The cgroup v2 path of PID ("/system.slice/foo.service"), or -errno. */
-static int proc_cgroup(pid_t pid, char *out, size_t len)
-{
-	char path[64], buf[8192], *line, *save = NULL;
-
-	snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
-	if (read_file(path, buf, sizeof(buf)) < 0)
-		return -ESRCH;
-	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
-		if (!strncmp(line, "0::", 3)) {
-			snprintf(out, len, "%s", line + 3);
-			return 0;
-		}
-	return -ENOENT;
-}
-
 static bool path_under(const char *path, const char *prefix)
 {
 	size_t n = strlen(prefix);
@@ -129,7 +113,7 @@ bool target_matches(const struct serve_target *t, pid_t pid)
 			return false;
 	}
 	if (t->unit || t->cgroup) {
-		if (proc_cgroup(pid, buf, sizeof(buf)) < 0)
+		if (proc_cgroup(pid, NULL, buf, sizeof(buf)) < 0)
 			return false;
 		if (t->unit && !cgroup_has_unit(buf, t->unit))
 			return false;

@@ -88,6 +88,43 @@ int proc_status_field(pid_t pid, const char *name, long *value)
 	return ret;
 }
 
+int proc_cgroup(pid_t pid, const char *controller, char *out, size_t len)
+{
+	char path[64], *line = NULL;
+	size_t cap = 0;
+	FILE *f;
+	int ret = -ENOENT;
+
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -ESRCH;
+	/* "ID:CONTROLLERS:PATH"; cgroup v2's line is "0::PATH" */
+	while (ret && getline(&line, &cap, f) > 0) {
+		char *c = strchr(line, ':'), *p = c ? strchr(c + 1, ':') : NULL, *k;
+
+		if (!p)
+			continue;
+		line[strcspn(line, "\n")] = 0;
+		*c = *p = 0;
+		if (!controller) {
+			if (!strcmp(line, "0") && !c[1])
+				ret = 0;
+		} else {
+			char *save = NULL;
+
+			for (k = strtok_r(c + 1, ",", &save); k && ret; k = strtok_r(NULL, ",", &save))
+				if (!strcmp(k, controller))
+					ret = 0;
+		}
+		if (!ret)
+			snprintf(out, len, "%s", p + 1);
+	}
+	free(line);
+	fclose(f);
+	return ret;
+}
+
 int proc_is_process(pid_t pid)
 {
 	long tgid;

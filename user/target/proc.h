@@ -22,6 +22,13 @@ int proc_exe_path(pid_t pid, char *buf, size_t len);
  * the field is missing. */
 int proc_status_field(pid_t pid, const char *name, long *value);
 
+/* The path of PID's cgroup ("/system.slice/foo.service") in the cgroup v2
+ * hierarchy (controller NULL: /proc/PID/cgroup's "0::" line) or in the v1
+ * hierarchy of `controller` ("memory": the line whose controller list has
+ * it), into out (len bytes).  Returns 0, -ESRCH (no such process) or
+ * -ENOENT (no such hierarchy: cgroup(7) "/proc/[pid]/cgroup"). */
+int proc_cgroup(pid_t pid, const char *controller, char *out, size_t len);
+
 /* The state letter (field 3: 'R', 'S', 'Z', ...) and the start time (field
  * 22, clock ticks after boot) of /proc/PID/stat (proc(5)); either pointer
  * may be NULL.  Returns 0, -ESRCH (no such process), or another -errno or
