@@ -740,6 +740,27 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	return 0;
 }
 
+/* The kernel's OOM killer chose a task as its victim (mm/oom_kill.c
+ * mark_oom_victim, after __oom_kill_process sent it SIGKILL; memory cgroup
+ * v1 or v2 limit, or the whole system).  The raw tracepoint's first
+ * argument is the victim's task_struct since Linux 6.8 (trace/events/oom.h
+ * mark_victim(struct task_struct *task, uid_t uid)), its PID before
+ * (mark_victim(int pid)): a value below PID_MAX_LIMIT (2^22) is a PID. */
+SEC("raw_tp/mark_victim")
+int BPF_PROG(on_oom_victim, __u64 arg0)
+{
+	__u32 tgid = (__u32)arg0;
+	struct ch_exit *e;
+
+	if (arg0 >= (1u << 22))
+		tgid = (__u32)BPF_CORE_READ((struct task_struct *)arg0, tgid);
+	if (!bpf_map_lookup_elem(&procs, &tgid) || !(e = exit_entry(tgid)))
+		return 0;
+	e->oom_ns = bpf_ktime_get_ns();
+	e->flags |= CH_EXIT_OOM_VICTIM;
+	return 0;
+}
+
 /* caml_fatal_uncaught_exception(value exn) (runtime/printexc.c, 4.12-5.4):
  * the exception's name as caml_format_exception finds it: a block of tag 0
  * holds its constructor in field 0, a constant exception is the

@@ -125,12 +125,16 @@ struct ch_custom_name {
  * thread's task->exit_code, so the last thread leaves the process's wait(2)
  * status; on_fatal_exn (uprobe on caml_fatal_uncaught_exception, 4.x and
  * 5.x runtime/printexc.c, which then exits with status 2 or aborts) the
- * name of the exception that ended it. */
+ * name of the exception that ended it; on_oom_victim (raw tracepoint
+ * oom:mark_victim, mm/oom_kill.c mark_oom_victim, called just after the
+ * victim was sent SIGKILL) that the kernel's OOM killer chose it. */
 #define CH_EXIT_STATUS_SEEN 0x1 /* status is set */
 #define CH_EXIT_UNCAUGHT 0x2    /* caml_fatal_uncaught_exception ran; exn names it */
+#define CH_EXIT_OOM_VICTIM 0x4  /* the OOM killer chose the process; oom_ns says when */
 struct ch_exit {
 	__u32 status; /* wait(2) status: exit(n) n << 8; a fatal signal its number, | 0x80 if it dumped core */
 	__u32 flags;  /* CH_EXIT_* */
+	__u64 oom_ns; /* CH_EXIT_OOM_VICTIM: bpf_ktime_get_ns (CLOCK_MONOTONIC) of mark_oom_victim */
 	char exn[64]; /* the exception's constructor, e.g. "Not_found", "Stdlib.Exit"; NUL-terminated, may be cut */
 };
 

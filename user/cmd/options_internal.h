@@ -2,7 +2,8 @@
  * dispatches to the commands of options_record.c, options_report.c and
  * options_serve.c, which parse their options with options.c's helpers.
  * Only for cmd/main.c and cmd/options*.c, and for the parsers of values
- * the configuration file (serve_config.c) shares with the command line.
+ * the configuration file (serve_config.c) and --on (census_on.c) share
+ * with the command line.
  */
 #ifndef CH_OPTIONS_INTERNAL_H
 #define CH_OPTIONS_INTERNAL_H
@@ -17,7 +18,8 @@
  * report options that share them (the commands' own start at 0x200). */
 enum { OPT_MAX_DEPTH = 0x100, OPT_EXECUTOR, OPT_KEEP_AWAKE, OPT_LIVE, OPT_VALUE, OPT_NO_CENSUS, OPT_MAX_TRACKED, OPT_WAIT_MAJOR,
        OPT_BY_DOMAIN, OPT_MALLOC, OPT_BUDGET, OPT_SERVE_FD, OPT_INTERVAL, OPT_OUTDIR, OPT_BY,
-       OPT_BASE_NICE, OPT_TRAP_COST, OPT_KERNEL_BTF, OPT_EXACT, OPT_MAX_PAUSE, OPT_MAX_WAIT, OPT_RETAINERS };
+       OPT_BASE_NICE, OPT_TRAP_COST, OPT_KERNEL_BTF, OPT_EXACT, OPT_MAX_PAUSE, OPT_MAX_WAIT, OPT_RETAINERS,
+       OPT_ON };
 
 /* ---- options.c: option arguments --------------------------------------- */
 

@@ -110,6 +110,9 @@ static const struct argp_option record_options[] = {
 	  "Serve worker: the service's trap-cost calibration, ns (emulated, stepped, return)", 0 },
 	{ "kernel-btf", OPT_KERNEL_BTF, "FILE", OPTION_HIDDEN,
 	  "Serve worker: the kernel types the BPF object reads (the service's sampler_kernel_btf)", 0 },
+	{ "on", OPT_ON, "TRIGGERS", 0,
+	  "At each trigger (as census --on: oom, pressure[=PCT], rss=SIZE) also write a census and heap profile, "
+	  "census-STAMP-TRIGGER.txt and heap-STAMP-TRIGGER.pb.gz, beside -o FILE", 0 },
 	{ 0 }
 };
 
@@ -130,8 +133,14 @@ static const char census_doc[] =
 	"what is reachable, and what each group of roots (a module's globals, a function's stack frame, the C "
 	"global roots, ...) alone keeps alive.\n"
 	"\n"
+	"With --on, the census is written at the moment the program's memory runs out: when the kernel's OOM "
+	"killer chooses it (oom: the census is that of the kill), when its memory pressure rises (pressure), or "
+	"when its RSS reaches a size (rss=SIZE). Attach early: only blocks allocated since are in it. Exit 1, "
+	"nothing written, if the program ends (or --duration passes, or Ctrl-C) before a trigger fires.\n"
+	"\n"
 	"Examples:\n"
 	"  camlheap census -p 1234 --rate 1e-4 --wait-major 3 -o census.txt\n"
+	"  camlheap census -p 1234 --on oom,rss=2G -o at-oom.txt\n"
 	"  camlheap census -p 1234 --exact -o heap.json\n"
 	"  camlheap census -p 1234 --retainers --max-pause 5";
 
@@ -150,6 +159,10 @@ static const struct argp_option census_options[] = {
 	{ "max-tracked", OPT_MAX_TRACKED, "N", 0, "As for record (default from the rate, 16384 to 262144)", 0 },
 	{ "malloc", OPT_MALLOC, NULL, 0, "As for record: count the program's own malloc and anonymous mmap too", 0 },
 	{ "quiet", 'q', NULL, 0, "Say nothing on stderr but errors", 0 },
+	{ "on", OPT_ON, "TRIGGERS", 0,
+	  "Follow the program until a trigger fires, then write the census as it stands: oom (the kernel's OOM "
+	  "killer chose it), pressure[=PCT] (memory pressure: its cgroup's tasks stalled PCT % of 2 s, default 10), rss=SIZE (its RSS "
+	  "reaches SIZE: 512M, 2G); comma-separated, the first ends it", 0 },
 	{ "exact", OPT_EXACT, NULL, 0,
 	  "Count every block of the major heap, the program stopped meanwhile (OCaml 4.12-4.14; no sampling)", 1 },
 	{ "retainers", OPT_RETAINERS, NULL, 0,
@@ -211,9 +224,9 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 			argp_error(state, "census takes -p PID (a running process), and no command");
 		if (o->exact) {
 			if (o->wait_major || o->duration_s > 0 || o->malloc || o->by_stack || o->max_tracked ||
-			    o->rate_given || o->executor)
+			    o->rate_given || o->executor || o->on.set)
 				argp_error(state, "--exact takes no --rate, --wait-major, --duration, --malloc, --by, "
-						  "--executor or --max-tracked: it samples nothing");
+						  "--executor, --max-tracked or --on: it samples nothing");
 			if (!o->format_given && o->output && strcmp(o->output, "-")) {
 				o->format = format_of_name(o->output);
 				if (o->format == REPORT_MEMTRACE) /* no known extension */
@@ -225,10 +238,13 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 		}
 		if (o->max_pause_s > 0 || o->max_wait_s > 0)
 			argp_error(state, "--max-pause and --max-wait are --exact options");
+		if (o->on.set && o->wait_major)
+			argp_error(state, "--on ends the census at its trigger: give no --wait-major (--duration: the "
+					  "longest wait)");
 		if (o->value || o->live || o->no_census || o->format_given)
 			argp_error(state, "--live, --value, --format and --no-census are record options");
 		/* default: the next completed major cycle */
-		if (!o->wait_major && !(o->duration_s > 0))
+		if (!o->wait_major && !(o->duration_s > 0) && !o->on.set)
 			o->wait_major = 1;
 		return;
 	}
@@ -242,6 +258,8 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 		o->quiet = true;
 	if (o->serve && (!o->pid || !o->outdir))
 		argp_error(state, "--serve-fd is for camlheap serve's workers (-p PID --outdir DIR)");
+	if (o->on.set && o->no_census)
+		argp_error(state, "--on writes censuses: drop --no-census");
 	if (!o->format_given && o->output && strcmp(o->output, "-"))
 		o->format = format_of_name(o->output);
 	if (o->value && (o->format == REPORT_PPROF || o->format == REPORT_JSON || o->format == REPORT_MEMTRACE))
@@ -261,6 +279,48 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 		argp_error(state, "nothing to profile: give -p PID or -- COMMAND [ARGS...]");
 	if (o->pid && o->argv)
 		argp_error(state, "give either -p PID or a command, not both");
+}
+
+/* census's own options (--exact, --retainers, --on, --max-pause,
+ * --max-wait, --wait-major); false for any other key. */
+static bool census_parse(int key, char *arg, struct record_opts *o, struct argp_state *state)
+{
+	long v;
+
+	switch (key) {
+	case OPT_EXACT:
+		o->exact = true;
+		break;
+	case OPT_RETAINERS:
+		o->exact = o->retainers = true;
+		break;
+	case OPT_ON: {
+		char err[512];
+
+		if (census_on_parse(arg, &o->on, err, sizeof(err)) < 0)
+			argp_error(state, "%s", err);
+		break;
+	}
+	case OPT_MAX_PAUSE:
+	case OPT_MAX_WAIT: {
+		double *d = key == OPT_MAX_PAUSE ? &o->max_pause_s : &o->max_wait_s;
+
+		if (parse_double(arg, d) || !(*d > 0 && *d <= 3600))
+			argp_error(state, "invalid %s '%s': seconds, > 0 and <= 3600",
+				   key == OPT_MAX_PAUSE ? "--max-pause" : "--max-wait", arg);
+		break;
+	}
+	case OPT_WAIT_MAJOR:
+		if (!arg)
+			v = 1;
+		else if (parse_long(arg, &v) || v < 1 || v > 1000000)
+			argp_error(state, "invalid --wait-major '%s' (1..1000000 cycles)", arg);
+		o->wait_major = (int)v;
+		break;
+	default:
+		return false;
+	}
+	return true;
 }
 
 static error_t record_parse(int key, char *arg, struct argp_state *state)
@@ -380,28 +440,6 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 	case 'v':
 		o->verbose = true;
 		break;
-	case OPT_EXACT:
-		o->exact = true;
-		break;
-	case OPT_RETAINERS:
-		o->exact = o->retainers = true;
-		break;
-	case OPT_MAX_PAUSE:
-	case OPT_MAX_WAIT: {
-		double *d = key == OPT_MAX_PAUSE ? &o->max_pause_s : &o->max_wait_s;
-
-		if (parse_double(arg, d) || !(*d > 0 && *d <= 3600))
-			argp_error(state, "invalid %s '%s': seconds, > 0 and <= 3600",
-				   key == OPT_MAX_PAUSE ? "--max-pause" : "--max-wait", arg);
-		break;
-	}
-	case OPT_WAIT_MAJOR:
-		if (!arg)
-			v = 1;
-		else if (parse_long(arg, &v) || v < 1 || v > 1000000)
-			argp_error(state, "invalid --wait-major '%s' (1..1000000 cycles)", arg);
-		o->wait_major = (int)v;
-		break;
 	case ARGP_KEY_ARG:
 		record_parse_arg(o, arg, state);
 		break;
@@ -409,7 +447,7 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		record_parse_end(o, state);
 		break;
 	default:
-		return ARGP_ERR_UNKNOWN;
+		return census_parse(key, arg, o, state) ? 0 : ARGP_ERR_UNKNOWN;
 	}
 	return 0;
 }

@@ -28,7 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #include "target/elf_image.h"
 #include "target/frametable.h"
 #include "target/ocaml_runtime.h"
@@ -466,6 +465,11 @@ static bool run_start(struct run *r)
 		in->trap_tried = true;
 	}
 	in->next_periodic = now_s() + o->interval_s;
+	record_snapdir(o, in->snapdir, sizeof(in->snapdir));
+	if (o->on.set && !record_watch_start(in, r->smp, r->msg, sizeof(r->msg))) {
+		r->exit_code = 2;
+		return false;
+	}
 	record_window_check(in);
 	if (o->serve)
 		serve_send(in, "attached %s %s %g", t->rt.version, record_executor_name(r->ex), r->cfg.rate);
@@ -508,8 +512,8 @@ static void run_detach(struct run *r)
 	/* The window ends now: the probes go inert at once (releasing them
 	 * takes the kernel ~1 s, which is not recording time). */
 	sampler_stop_sampling(r->smp, t->pid);
-	/* the resident set now if the target still lives, else its last reading */
-	record_fill_resident(m, in, !in->exec && record_read_resident(in) == 0);
+	/* the resident set now if the target still lives (not killed for memory), else its last reading */
+	record_fill_resident(m, in, !in->exec && !in->watch.fired && record_read_resident(in) == 0);
 	m->budget = record_budget_describe(in, NULL);
 	record_window_finish(in, now_s());
 	t_detach = now_s();
@@ -784,6 +788,8 @@ int record_run(const struct record_opts *o)
 		run_finish_serve(&r);
 	else if (r.intake.rec)
 		run_finish_recording(&r);
+	else if (o->census && o->on.set && census_watch_missed(&r.intake.watch, r.reason))
+		r.exit_code = r.intake.watch.on ? 1 : 2; /* nothing written: the output stays as it was */
 	else
 		run_finish_report(&r);
 	return run_end(&r);

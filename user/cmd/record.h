@@ -11,6 +11,7 @@
 
 #include "output/report.h"
 #include "cmd/top.h"
+#include "cmd/census_on.h"
 
 /* --executor: who performs the young_limit writes of minor-heap sampling. */
 enum record_executor {
@@ -48,6 +49,7 @@ struct record_opts {
 				    * 0: sampler_default_max_tracked(rate) */
 	bool census;               /* `camlheap census`: write the census report */
 	int wait_major;            /* census: stop once this many full major cycles ended after attach (0: no) */
+	struct census_on on;       /* census --on: write it when one of these triggers fires (census_on.h) */
 	bool exact;                /* census --exact: walk the whole major heap instead (cmd/census_exact.h) */
 	bool retainers;            /* census --retainers: and trace it from the roots */
 	double max_pause_s;        /* census --exact: the longest stop of the target, seconds */

@@ -90,3 +90,39 @@ void record_describe_status(int status, char *buf, size_t len)
 	else
 		snprintf(buf, len, "target ended");
 }
+
+void record_snapdir(const struct record_opts *o, char *buf, size_t len)
+{
+	const char *slash = o->output && strcmp(o->output, "-") ? strrchr(o->output, '/') : NULL;
+
+	if (o->serve)
+		snprintf(buf, len, "%s", o->outdir);
+	else if (slash)
+		snprintf(buf, len, "%.*s", slash == o->output ? 1 : (int)(slash - o->output), o->output);
+	else
+		snprintf(buf, len, ".");
+}
+
+bool record_watch_start(struct intake *in, struct sampler *smp, char *msg, size_t len)
+{
+	const struct record_opts *o = in->o;
+
+	if (census_watch_start(&in->watch, &o->on, in->pid, smp, !o->census, msg, len) < 0) {
+		fprintf(stderr, "camlheap: %s\n", msg);
+		return false;
+	}
+	record_say("camlheap: %s\n", msg);
+	return true;
+}
+
+void record_census_on_fired(struct intake *in)
+{
+	char tag[16];
+
+	snprintf(tag, sizeof(tag), "-%s", in->watch.kind);
+	in->meta->trigger = in->watch.what; /* the files' header, not the recording's */
+	record_write_periodic(in, tag, "snapshot while recording: census-on's trigger fired");
+	in->meta->trigger = NULL;
+	serve_send(in, "trigger %s %s", in->watch.kind, in->watch.what);
+	census_watch_rearm(&in->watch);
+}

@@ -290,13 +290,15 @@ void record_write_periodic(struct intake *in, const char *tag, const char *reaso
 
 		if (i == 1 && !in->meta->census_on)
 			break;
-		snprintf(path, sizeof(path), "%s/%s-%s.%03ldZ%s%s", in->o->outdir, what[i], stamp, ts.tv_nsec / 1000000,
+		snprintf(path, sizeof(path), "%s/%s-%s.%03ldZ%s%s", in->snapdir, what[i], stamp, ts.tv_nsec / 1000000,
 			 tag, ext[i]);
 		ret = write_snapshot(in, what[i], path, reason);
 		if (ret < 0)
 			fprintf(stderr, "camlheap: PID %d: cannot write %s: %s\n", in->pid, path, strerror(-ret));
-		else
+		else if (in->o->serve)
 			serve_send(in, "wrote %s", path);
+		else
+			record_say("camlheap: %s written to %s\n", what[i], path);
 	}
 }
 
@@ -656,15 +658,16 @@ void record_until_stop(const struct record_opts *o, struct target *t, struct sam
 		record_read_resident(intake);
 	intake->next_res = now_s() + RESIDENT_PERIOD_S;
 	for (;;) {
-		struct pollfd fds[6] = {
+		struct pollfd fds[7] = {
 			{ .fd = sigfd, .events = POLLIN },
 			{ .fd = pidfd, .events = POLLIN },
 			{ .fd = timerfd, .events = POLLIN },
 			{ .fd = sampler_ring_fd(smp), .events = POLLIN },
 			{ .fd = o->serve ? o->serve_fd : -1, .events = POLLIN },
 			{ .fd = intake->top ? top_input_fd(intake->top) : -1, .events = POLLIN },
+			{ .fd = o->on.set ? census_watch_fd(&intake->watch) : -1, .events = POLLPRI },
 		};
-		int timeout = intake->budget_sps > 0 ? 20 : 100;
+		int timeout = intake->budget_sps > 0 ? 20 : o->on.set ? 50 : 100; /* census_on.c reads the RSS at 50 ms */
 
 		/* Without a pidfd (fd limit, seccomp) exits are seen by polling. */
 		if (pidfd < 0 && target_gone(t)) {
@@ -679,10 +682,20 @@ void record_until_stop(const struct record_opts *o, struct target *t, struct sam
 		}
 		if (!intake->window_open)
 			timeout = 10; /* its start is read from the kernel: soon */
-		poll(fds, 6, timeout);
+		poll(fds, 7, timeout);
 		/* before the events: the window's start is their time zero */
 		record_window_check(intake);
 		sampler_consume(smp);
+		/* before the target's end: an OOM kill is seen first as such */
+		if (o->on.set && census_watch_check(&intake->watch, smp, fds[6].revents)) {
+			if (!o->census) {
+				record_census_on_fired(intake); /* and on: serve and record write one a trigger */
+			} else {
+				snprintf(reason, len, "census --on: the trigger fired");
+				intake->meta->trigger = intake->watch.what;
+				break;
+			}
+		}
 		if (intake->top) {
 			if ((fds[5].revents & POLLIN) && top_keys(intake->top)) {
 				snprintf(reason, len, "detached at the user's request (q)");

@@ -78,6 +78,9 @@ struct intake {
 	double trace_shift_base[CH_MAX_RATE_SHIFT + 1];
 	int64_t trace_start_unix_ns;
 	char trace_path[4096];
+	/* census --on: the triggers watched (census_on.h) */
+	struct census_watch watch;
+	char snapdir[4096];        /* record_write_periodic's directory: serve's --outdir, record --on's -o FILE's */
 	/* camlheap top */
 	struct top *top;
 	char memtrace_off[256];    /* why the view's memtrace key cannot write (in->rec is NULL) */
@@ -170,8 +173,9 @@ const char *record_budget_describe(struct intake *in, const double *since);
  * into secs[CH_MAX_RATE_SHIFT + 1]. */
 void record_budget_seconds(const struct intake *in, double *secs);
 
-/* A service worker's pair of files (heap profile and census) into its
- * directory, tagged `tag` ("-final" at the end), with `reason`. */
+/* A pair of files (heap profile and census) into in->snapdir (a service
+ * worker's directory, record --on's output's), tagged `tag` ("-final" at
+ * the end, "-oom" at census-on's oom), with `reason`. */
 void record_write_periodic(struct intake *in, const char *tag, const char *reason);
 
 /* End the on-demand recording (`trace` command), if any, and answer the
@@ -199,6 +203,21 @@ int record_top_write_cb(void *ctx, bool memtrace, const char *path, char *msg, s
  * one ends the recording; why into reason (len bytes). */
 void record_until_stop(const struct record_opts *o, struct target *t, struct sampler *smp, struct intake *in,
 		       int sigfd, int pidfd, int timerfd, char *reason, size_t len);
+
+/* census --on's triggers in a recording (census_on.h): watching starts
+ * (what is watched said on stderr); false, after saying why, if it cannot. */
+bool record_watch_start(struct intake *in, struct sampler *smp, char *msg, size_t len);
+
+/* serve's worker or record --on: a trigger fired; the census and heap
+ * profile into in->snapdir with the trigger in their names
+ * (census-STAMP-oom.txt, heap-STAMP-oom.pb.gz: record_write_periodic), the
+ * service told ("trigger KIND WHAT"), the watch re-armed: the recording
+ * goes on. */
+void record_census_on_fired(struct intake *in);
+
+/* The directory of record_write_periodic's files into buf (len bytes): a
+ * service worker's --outdir, else that of -o FILE, else ".". */
+void record_snapdir(const struct record_opts *o, char *buf, size_t len);
 
 /* After the recording: wait for the launched command to end, passing on
  * Ctrl-C and SIGTERM.  Returns true once reaped (its status in *status);

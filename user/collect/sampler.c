@@ -525,6 +525,9 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 	if ((ret = attach_tracepoint(s->skel->progs.on_exec, "sched_process_exec", &s->exec_link, err, errlen)) < 0 ||
 	    (ret = attach_tracepoint(s->skel->progs.on_exit, "sched_process_exit", &s->exit_link, err, errlen)) < 0)
 		return ret;
+	/* optional: without it only the end reason and census --on oom lose the OOM killer's choice */
+	s->oom_link = bpf_program__attach(s->skel->progs.on_oom_victim);
+	s->oom_watched = s->oom_link != NULL;
 	ret = sampler_attach_runtime(s, pid, rt, &proc, exe, exe_name, err, errlen);
 	if (ret < 0)
 		return ret;
@@ -687,6 +690,8 @@ int sampler_detach(struct sampler *s)
 	s->exec_link = NULL;
 	bpf_link__destroy(s->exit_link);
 	s->exit_link = NULL;
+	bpf_link__destroy(s->oom_link);
+	s->oom_link = NULL;
 	if (s->holder_fd >= 0) {
 		(void)!write(s->holder_fd, "d", 1); /* a detach, not a death */
 		close(s->holder_fd);

@@ -127,6 +127,19 @@ uint64_t sampler_minor_start_ns(const struct sampler *s, pid_t pid);
  * gone (its pidfd readable); the map outlives sampler_detach. */
 int sampler_exit_status(const struct sampler *s, pid_t pid, char *exn, size_t exnlen);
 
+/* Is the oom:mark_victim tracepoint watched (attached by sampler_attach;
+ * a kernel without it leaves it out)?  False before the attach. */
+bool sampler_watches_oom(const struct sampler *s);
+
+/* When the kernel's OOM killer chose `pid` (a followed tgid) as its victim
+ * (mm/oom_kill.c mark_oom_victim, just after sending it SIGKILL; a memory
+ * cgroup's limit, v1 or v2, or the whole system's memory), CLOCK_MONOTONIC
+ * ns (bpf_ktime_get_ns), or 0: not chosen while followed (or the
+ * tracepoint is not watched).  Before Linux 6.8 the tracepoint names the
+ * victim thread, which is matched only if it is the process's main thread
+ * (the OOM killer picks a thread-group leader unless it has exited). */
+uint64_t sampler_oom_victim_ns(const struct sampler *s, pid_t pid);
+
 /* Stop sampling `pid` at once: its entry in the kernel's process map is
  * removed, so every probe that still fires returns at its first
  * instruction (no sample, no write request).  The recording window ends

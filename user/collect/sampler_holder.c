@@ -191,6 +191,7 @@ int sampler_hand_off_links(struct sampler *s, int holder_nice, char *err, size_t
 	}
 	drop_link(&s->exec_link);
 	drop_link(&s->exit_link);
+	drop_link(&s->oom_link);
 	close_fds_by_link("anon_inode:[perf_event]", true, -1);
 	s->holder_fd = fds[1];
 	return 0;

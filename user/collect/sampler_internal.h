@@ -30,6 +30,9 @@ struct sampler {
 	struct malloc_probes mp;
 	struct bpf_link *exec_link;
 	struct bpf_link *exit_link; /* on_exit: the exit status (sampler_exit_status) */
+	struct bpf_link *oom_link;  /* on_oom_victim (sampler_oom_victim_ns), NULL if the kernel has no
+				     * oom:mark_victim tracepoint */
+	bool oom_watched;           /* oom_link was attached (the holder may hold it now) */
 	sampler_event_fn fn;
 	void *ctx;
 	double rate;

@@ -1,7 +1,7 @@
 /* sampler_process.c -- what the kernel's programs recorded of a followed
  * process, read from their maps (sampler.h): when its minor heap was first
- * armed (`procs`) and how it ended (`exits`, include/camlheap.h struct
- * ch_exit). */
+ * armed (`procs`), how it ended and whether the OOM killer chose it
+ * (`exits`, include/camlheap.h struct ch_exit). */
 #define _GNU_SOURCE
 #include "collect/sampler_internal.h"
 
@@ -40,4 +40,19 @@ int sampler_exit_status(const struct sampler *s, pid_t pid, char *exn, size_t ex
 		snprintf(exn, exnlen, "%s", e.exn[0] ? e.exn : "(name unreadable)");
 	}
 	return e.flags & CH_EXIT_STATUS_SEEN ? (int)(e.status & 0xffff) : -ENOENT;
+}
+
+bool sampler_watches_oom(const struct sampler *s)
+{
+	return s && s->oom_watched;
+}
+
+uint64_t sampler_oom_victim_ns(const struct sampler *s, pid_t pid)
+{
+	__u32 key = (__u32)pid;
+	struct ch_exit e;
+
+	if (!s || bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.exits), &key, &e) != 0)
+		return 0;
+	return e.flags & CH_EXIT_OOM_VICTIM ? e.oom_ns : 0;
 }

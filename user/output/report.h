@@ -61,6 +61,8 @@ struct report_meta {
 	double probe_trap_s;           /* the traps of those hits, seconds */
 	double trap_emulated_us, trap_stepped_us, trap_return_us;
 	const char *end_reason;        /* "target exited with status 0", "duration elapsed", ... */
+	const char *trigger;           /* census --on, census-on, record --on: the trigger this census was written
+					* at and the figures then ("OOM kill: ..."; cmd/census_on.h), or NULL */
 	double duration_s;             /* recording time, seconds */
 	double attach_s;               /* from start to probes attached, seconds */
 	/* The one window every figure covers (bpf/alloc.bpf.c window_open):

@@ -126,6 +126,8 @@ static void json_run(JsonBuilder *jb, const struct profile *p, const struct repo
 	json_member_str(jb, "window", m->window_how);
 	json_member_double(jb, "window_minor_late_s", m->window_minor_late_s);
 	json_member_str(jb, "end_reason", m->end_reason);
+	if (m->trigger)
+		json_member_str(jb, "trigger", m->trigger);
 	json_member_int(jb, "max_depth", m->max_frames);
 	json_builder_end_object(jb);
 

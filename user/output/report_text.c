@@ -618,6 +618,8 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 		"after camlheap attached are in it (older ones are not sampled)\n",
 		m->pid, m->by_stack ? "callstack" : "point");
 	fprintf(out, "target      pid %d  %s  (OCaml %s)\n", m->pid, m->exe, m->ocaml_version);
+	if (m->trigger)
+		fprintf(out, "written at  %s\n", m->trigger);
 	fprintf(out, "rate        %g samples/word (one sample per %.0f words on average); executor %s\n", p->rate,
 		1.0 / p->rate, m->executor);
 	if (m->budget)
