@@ -319,3 +319,58 @@ def test_census_on_refuses_bad_triggers():
                            stderr=subprocess.PIPE, timeout=30)
         err = p.stderr.decode()
         assert p.returncode == 2 and text in err, (args, p.returncode, err)
+
+
+def test_serve_census_on_writes_one_census_a_trigger_counted_and_logged():
+    """serve's census-on: the rss crossing and then the OOM kill of a
+    process of the target each write a census (and heap profile) named for
+    the trigger in its directory, counted in /metrics, with a warning in the
+    service's log; the process dies as it would without camlheap."""
+    from test_serve import PORT_BASE, Service, curl
+    svc = Service({"leak": "exe = %s\nrate = %r\ncensus-on = oom, rss=48M" % (fixture("oomleak"), RATE)},
+                  PORT_BASE + 24, interval=600)
+    cg = MemoryCgroup(128 << 20)
+    w = None
+    try:
+        check = subprocess.run([chtest.CAMLHEAP, "serve", "--config", svc.conf, "--check"], stdout=subprocess.PIPE)
+        assert b"a census at oom, rss=48M" in check.stdout, check.stdout
+        bad = os.path.join(svc.dir, "bad.conf")
+        with open(bad, "w") as f:
+            f.write("[serve]\noutput = %s\n[target:leak]\nexe = %s\ncensus-on = oom, rss=lots\n"
+                    % (svc.out, fixture("oomleak")))
+        check = subprocess.run([chtest.CAMLHEAP, "serve", "--config", bad, "--check"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+        assert check.returncode == 2 and re.search(r"bad\.conf: \[target:leak\] census-on: 'rss=lots': rss=SIZE "
+                                                   r"takes a size", check.stderr.decode()), check
+        w = Leaker(["step=%d" % STEP_MIB, "pause=100"], cg)
+        svc.wait_state(w.pid, "recording")
+        w.go()
+        while w.next_line():
+            pass
+        assert w.proc.wait(timeout=120) == -9
+        svc.wait_log(r"census-on oom fired", timeout=60)
+        code, body = curl(svc.url("/metrics"))
+        assert code == 200
+        counts = dict(re.findall(r'^camlheap_census_triggers_total\{target="leak",trigger="(\w+)"\} (\d+)$',
+                                 body.decode(), re.M))
+        assert counts == {"oom": "1", "rss": "1", "pressure": "0"}, body.decode()[:3000]
+        log = svc.text()
+        assert re.search(r"target leak: PID %d: census-on rss fired, census written in \S+: RSS trigger: the "
+                         r"target's RSS reached [\d.]+ MiB \(rss=48\.0 MiB\)" % w.pid, log), log[-3000:]
+        svc.wait_log(r"PID %d no longer followed" % w.pid, timeout=60)
+        d = [x for x in os.listdir(os.path.join(svc.out, "leak")) if x.startswith("%d-" % w.pid)]
+        files = sorted(os.listdir(os.path.join(svc.out, "leak", d[0])))
+        oom = [f for f in files if re.match(r"census-.*-oom\.txt$", f)]
+        rss = [f for f in files if re.match(r"census-.*-rss\.txt$", f)]
+        assert len(oom) == 1 and len(rss) == 1 and any(re.match(r"heap-.*-oom\.pb\.gz$", f) for f in files), files
+        rep = chtest.Report(open(os.path.join(svc.out, "leak", d[0], oom[0])).read())
+        assert "OOM kill: the kernel's OOM killer chose the target" in rep.text, rep.text[:2000]
+        last = w.leaked[-1]
+        per = (STEP_MIB * 1024 * 1024 // 64 * 5, STEP_MIB * 1024 * 1024 // 64 * 3)
+        check_leak_first(rep, (last, (last[0] + per[0], last[1] + per[1])))
+    finally:
+        if w and w.proc.poll() is None:
+            w.proc.kill()
+            w.proc.wait()
+        svc.stop()
+        cg.remove()

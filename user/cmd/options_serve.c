@@ -99,10 +99,11 @@ int serve_command(int argc, char **argv)
 					 "(split among the processes followed)", c.host_budget);
 			else
 				snprintf(budget, sizeof(budget), "no budget (every process sampled at its rate)");
-			printf("  %s:%s%s%s%s%s%s%s%s rate %g, %s, stacks up to %u frames%s\n", t->name,
+			printf("  %s:%s%s%s%s%s%s%s%s rate %g, %s, stacks up to %u frames%s%s%s\n", t->name,
 			       t->exe ? " exe " : "", t->exe ? t->exe : "", t->unit ? " unit " : "", t->unit ? t->unit : "",
 			       t->cgroup ? " cgroup " : "", t->cgroup ? t->cgroup : "", t->pidfile ? " pidfile " : "",
-			       t->pidfile ? t->pidfile : "", t->rate, budget, t->max_depth, t->malloc ? ", --malloc" : "");
+			       t->pidfile ? t->pidfile : "", t->rate, budget, t->max_depth, t->malloc ? ", --malloc" : "",
+			       t->census_on ? ", a census at " : "", t->census_on ? t->census_on : "");
 		}
 		serve_config_free(&c);
 		return 0;

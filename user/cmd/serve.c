@@ -151,7 +151,7 @@ static void remove_stale_tmpdirs(const char *parent)
 }
 
 /* What a reload changed for worker w of target t that a running worker
- * cannot take (its command line: rate, malloc, executor, max-depth,
+ * cannot take (its command line: rate, malloc, executor, max-depth, census-on,
  * output), in words into buf.  Returns whether anything did. */
 static bool reload_changes(const struct worker *w, const struct serve_target *t, char *buf, size_t len)
 {
@@ -169,6 +169,9 @@ static bool reload_changes(const struct worker *w, const struct serve_target *t,
 		SAY("%sexecutor %s -> %s", n ? ", " : "", w->executor_asked, ex);
 	if (depth != w->depth_asked)
 		SAY("%smax-depth %u -> %u", n ? ", " : "", w->depth_asked, depth);
+	if (g_strcmp0(t->census_on, w->census_on_asked))
+		SAY("%scensus-on %s -> %s", n ? ", " : "", w->census_on_asked ? w->census_on_asked : "(none)",
+		    t->census_on ? t->census_on : "(none)");
 	if (g_strcmp0(S.cfg.output, w->output_asked))
 		SAY("%soutput %s -> %s", n ? ", " : "", w->output_asked, S.cfg.output);
 #undef SAY
@@ -177,7 +180,7 @@ static bool reload_changes(const struct worker *w, const struct serve_target *t,
 
 /* SIGHUP: the new configuration, or the old one if the file is bad.
  * Workers whose process no longer matches its (renamed or changed) target
- * are stopped; those whose rate, malloc, executor, max-depth or output
+ * are stopped; those whose rate, malloc, executor, max-depth, census-on or output
  * changed are restarted (reload_changes); the others get the new interval
  * (the budgets follow in rebalance_budgets, keep and keep-bytes in the
  * next retention pass); processes of new targets are looked for.  listen
@@ -502,6 +505,7 @@ static void teardown(int sigfd)
 			close(w->errfd);
 		g_free(w->target);
 		g_free(w->output_asked);
+		g_free(w->census_on_asked);
 		free(w);
 	}
 	pthread_mutex_unlock(&S.lk);

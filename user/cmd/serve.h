@@ -50,6 +50,7 @@ struct serve_target {
 	bool malloc;       /* malloc = true: --malloc */
 	char *executor;    /* executor = auto|kernel|ptrace|observe (default auto) */
 	unsigned max_depth;/* max-depth = FRAMES of a stack walk, 1..CH_MAX_FRAMES (default: [serve] max-depth) */
+	char *census_on;   /* census-on = TRIGGERS (census --on's: oom, pressure[=PCT], rss=SIZE), or NULL */
 };
 
 /* The configuration file: GLib key file syntax (INI-like; `man camlheap.conf`). */

@@ -17,12 +17,13 @@
 #include <glib.h>
 
 #include "camlheap.h"
+#include "cmd/census_on.h"
 #include "cmd/options_internal.h"
 
 static const char *const serve_keys[] = { "output", "interval", "keep", "keep-bytes", "listen", "socket",
 					  "rate", "host-budget", "max-processes", "max-depth", NULL };
 static const char *const target_keys[] = { "exe", "unit", "cgroup", "pidfile", "rate", "budget", "malloc", "max-depth",
-					   "executor", NULL };
+					   "executor", "census-on", NULL };
 
 static bool in_list(const char *const *l, const char *k)
 {
@@ -99,6 +100,7 @@ void serve_config_free(struct serve_config *c)
 		g_free(t->cgroup);
 		g_free(t->pidfile);
 		g_free(t->executor);
+		g_free(t->census_on);
 	}
 	free(c->targets);
 	g_free(c->warnings);
@@ -251,6 +253,7 @@ static int load_target(GKeyFile *kf, const char *path, gchar **g, struct serve_c
 	t->cgroup = get_str(kf, *g, "cgroup");
 	t->pidfile = get_str(kf, *g, "pidfile");
 	t->executor = get_str(kf, *g, "executor");
+	t->census_on = get_str(kf, *g, "census-on");
 	t->rate = c->rate;
 	t->max_depth = c->max_depth;
 	if (!t->exe && !t->unit && !t->cgroup && !t->pidfile)
@@ -281,6 +284,13 @@ static int load_target(GKeyFile *kf, const char *path, gchar **g, struct serve_c
 	    strcmp(t->executor, "kernel") && strcmp(t->executor, "ptrace") && strcmp(t->executor, "observe"))
 		return bad(err, len, path, *g, "executor", "'%s' is not auto, register, kernel, ptrace or observe",
 			   t->executor);
+	if (t->census_on) {
+		struct census_on on;
+		char why[512];
+
+		if (census_on_parse(t->census_on, &on, why, sizeof(why)) < 0)
+			return bad(err, len, path, *g, "census-on", "%s", why + strlen("--on: "));
+	}
 	if (get_double(kf, path, *g, "rate", 0, 1, true, &t->rate, err, len) < 0 ||
 	    get_double(kf, path, *g, "budget", 0, 1e9, false, &t->budget, err, len) < 0)
 		return -EINVAL;

@@ -436,6 +436,18 @@ static GString *metrics_text(void)
 			       (unsigned long long)S.skipped_total,
 			       (unsigned long long)S.limited_total, (unsigned long long)S.execs_seen,
 			       (unsigned long long)S.forks_seen);
+	g_string_append(s, "# HELP camlheap_census_triggers_total Censuses written at a census-on trigger, by target "
+			   "and trigger.\n# TYPE camlheap_census_triggers_total counter\n");
+	for (size_t i = 0; i < S.cfg.ntargets; i++) {
+		const uint64_t *count = S.triggers ? g_hash_table_lookup(S.triggers, S.cfg.targets[i].name) : NULL;
+
+		for (int k = 0; k < 3 && S.cfg.targets[i].census_on; k++) {
+			g_string_append(s, "camlheap_census_triggers_total{target=\"");
+			label(s, S.cfg.targets[i].name);
+			g_string_append_printf(s, "\",trigger=\"%s\"} %llu\n", serve_trigger_kinds[k],
+					       (unsigned long long)(count ? count[k] : 0));
+		}
+	}
 	for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
 		g_string_append_printf(s, "# HELP %s %s\n# TYPE %s %s\n", per[m].name, per[m].help, per[m].name, per[m].type);
 		for (struct worker *w = S.workers; w; w = w->next) {

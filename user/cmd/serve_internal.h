@@ -56,6 +56,7 @@ struct worker {
 	bool malloc_asked;
 	char executor_asked[16];
 	unsigned depth_asked;
+	char *census_on_asked;  /* census-on (NULL: none) */
 	char *output_asked;
 	double interval_sent;
 	bool restart;           /* stopped by a reload to start again with the new settings */
@@ -126,6 +127,8 @@ struct service {
 	GHashTable *unsupported;  /* exe_key -> why (char *): executables not to try again until SIGHUP */
 	GArray *forks;            /* struct fork_wait: fork children to look at once they settle */
 	uint64_t forks_seen;      /* fork children of followed processes reported */
+	GHashTable *triggers;     /* target name -> uint64_t[3]: censuses written at census-on's oom, rss,
+				   * pressure (kept past the workers: an OOM kill ends its worker) */
 	/* the main thread (discovery, workers' starts) runs at PROC_ATTACH_NICE
 	 * and the workers start at it; they return to base_nice after their
 	 * attach (record --base-nice) */
@@ -145,6 +148,9 @@ struct service {
  * S.lk for what HTTP threads read; libmicrohttpd's threads (serve_http.c)
  * touch S only under S.lk. */
 extern struct service S;
+
+/* census-on's triggers, in the order of S.triggers' counts. */
+extern const char *const serve_trigger_kinds[3];
 
 /* ---- serve.c -------------------------------------------------------- */
 

@@ -194,6 +194,10 @@ void start_worker(const struct serve_target *t, pid_t pid, pid_t fork_parent)
 		argv[argc++] = "--executor";
 		argv[argc++] = t->executor;
 	}
+	if (t->census_on) {
+		argv[argc++] = "--on";
+		argv[argc++] = t->census_on;
+	}
 	if (S.nice_raised) {
 		snprintf(snice, sizeof(snice), "%d", S.base_nice);
 		argv[argc++] = "--base-nice";
@@ -236,6 +240,7 @@ void start_worker(const struct serve_target *t, pid_t pid, pid_t fork_parent)
 	w->malloc_asked = t->malloc;
 	snprintf(w->executor_asked, sizeof(w->executor_asked), "%s", t->executor ? t->executor : "auto");
 	w->depth_asked = t->max_depth ? t->max_depth : CH_DEFAULT_FRAMES;
+	w->census_on_asked = g_strdup(t->census_on);
 	w->output_asked = g_strdup(S.cfg.output);
 	w->interval_sent = S.cfg.interval_s;
 	w->started = now_real();
@@ -298,6 +303,28 @@ static void on_stats(struct worker *w, const char *msg)
 	w->stats_at = t;
 }
 
+const char *const serve_trigger_kinds[3] = { "oom", "rss", "pressure" };
+
+/* "trigger KIND WHAT": a census-on trigger fired; the worker wrote its
+ * census (its "wrote" lines follow).  S.lk held. */
+static void on_trigger(struct worker *w, const char *msg)
+{
+	size_t n = strcspn(msg, " ");
+	uint64_t *count;
+
+	if (!S.triggers)
+		S.triggers = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+	if (!(count = g_hash_table_lookup(S.triggers, w->target))) {
+		count = g_new0(uint64_t, 3);
+		g_hash_table_insert(S.triggers, g_strdup(w->target), count);
+	}
+	for (int k = 0; k < 3; k++)
+		if (n == strlen(serve_trigger_kinds[k]) && !strncmp(msg, serve_trigger_kinds[k], n))
+			count[k]++;
+	slog(LOG_WARNING, "target %s: PID %d: census-on %.*s fired, census written in %s: %s", w->target, w->pid,
+	     (int)n, msg, w->dir, msg[n] ? msg + n + 1 : "");
+}
+
 void on_worker_msg(struct worker *w)
 {
 	char buf[8192];
@@ -317,6 +344,8 @@ void on_worker_msg(struct worker *w)
 			snprintf(w->executor, sizeof(w->executor), "%s", ex);
 			w->lambda = lam;
 			w->state = W_RECORDING;
+		} else if (!strncmp(buf, "trigger ", 8)) {
+			on_trigger(w, buf + 8);
 		} else if (!strncmp(buf, "wrote ", 6)) {
 			w->files++;
 			if (strstr(buf + 6, "/heap-"))
@@ -401,6 +430,7 @@ static void prune_workers(void)
 				*pp = w->next;
 				g_free(w->target);
 				g_free(w->output_asked);
+				g_free(w->census_on_asked);
 				free(w);
 				continue;
 			}
