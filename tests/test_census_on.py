@@ -310,7 +310,8 @@ def test_census_on_refuses_bad_triggers():
         (["--on", "rss=lots"], "rss=SIZE takes a size"),
         (["--on", "pressure=0"], "0 < PCT <= 100"),
         (["--on", "oom,oom"], "given twice"),
-        (["--on", ""], "empty"),
+        (["--on", ""], "names no trigger"),
+        (["--on", "rss=2GiB"], "rss=SIZE takes a size"),
         (["--on", "oom", "--wait-major", "2"], "give no --wait-major"),
         (["--on", "oom", "--exact"], "--exact takes no"),
     ]
@@ -319,6 +320,11 @@ def test_census_on_refuses_bad_triggers():
                            stderr=subprocess.PIPE, timeout=30)
         err = p.stderr.decode()
         assert p.returncode == 2 and text in err, (args, p.returncode, err)
+    # blanks are ignored, as a configuration file's "census-on = oom, pressure = 20" has them: the
+    # options parse, and the PID (none such) is what is refused
+    p = subprocess.run([chtest.CAMLHEAP, "census", "-p", "999999999", "--on", " oom , pressure = 20,\trss = 1.5G"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    assert p.returncode == 2 and "--on" not in p.stderr.decode(), p.stderr.decode()
 
 
 def test_serve_census_on_writes_one_census_a_trigger_counted_and_logged():
@@ -355,7 +361,7 @@ def test_serve_census_on_writes_one_census_a_trigger_counted_and_logged():
                                  body.decode(), re.M))
         assert counts == {"oom": "1", "rss": "1", "pressure": "0"}, body.decode()[:3000]
         log = svc.text()
-        assert re.search(r"target leak: PID %d: census-on rss fired, census written in \S+: RSS trigger: the "
+        assert re.search(r"target leak: PID %d: census-on rss fired, census and heap profile into \S+: RSS trigger: the "
                          r"target's RSS reached [\d.]+ MiB \(rss=48\.0 MiB\)" % w.pid, log), log[-3000:]
         svc.wait_log(r"PID %d no longer followed" % w.pid, timeout=60)
         d = [x for x in os.listdir(os.path.join(svc.out, "leak")) if x.startswith("%d-" % w.pid)]

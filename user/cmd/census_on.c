@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "cmd/census_on.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -41,14 +42,18 @@ int census_on_parse(const char *spec, struct census_on *on, char *err, size_t er
 	char buf[sizeof(on->spec)], *save = NULL, *tok;
 	bool pressure = false;
 
+	size_t n = 0;
+
 	*on = (struct census_on){ .set = true };
-	if (!*spec || strlen(spec) >= sizeof(buf))
-		return bad(err, errlen, "'%s' is empty or too long", spec);
+	if (strlen(spec) >= sizeof(buf))
+		return bad(err, errlen, "'%.40s...' is too long (at most 127 characters)", spec);
 	snprintf(on->spec, sizeof(on->spec), "%s", spec);
-	snprintf(buf, sizeof(buf), "%s", spec);
+	/* blanks anywhere are dropped: "oom, pressure = 20" is "oom,pressure=20" */
+	for (const char *c = spec; *c; c++)
+		if (!isspace((unsigned char)*c))
+			buf[n++] = *c;
+	buf[n] = 0;
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		tok += strspn(tok, " ");
-		tok[strcspn(tok, " ")] = 0;
 		if (!strcmp(tok, "oom")) {
 			if (on->oom)
 				return bad(err, errlen, "'%s' is given twice", tok);
@@ -66,7 +71,8 @@ int census_on_parse(const char *spec, struct census_on *on, char *err, size_t er
 			if (on->rss_bytes)
 				return bad(err, errlen, "'%s': rss is given twice", tok);
 			if (parse_size(tok + 4, &on->rss_bytes) || on->rss_bytes < 4096)
-				return bad(err, errlen, "'%s': rss=SIZE takes a size of at least 4K, e.g. 512M or 2G", tok);
+				return bad(err, errlen, "'%s': rss=SIZE takes a size of at least 4K in bytes, K, M, G or T "
+							"(powers of 1024), e.g. 512M or 1.5G", tok);
 		} else {
 			return bad(err, errlen, "unknown trigger '%s'", tok);
 		}
@@ -77,12 +83,14 @@ int census_on_parse(const char *spec, struct census_on *on, char *err, size_t er
 }
 
 /* The mount point of the cgroup v2 hierarchy (controller NULL) or of the
- * v1 hierarchy holding `controller`, from /proc/self/mountinfo (proc(5):
- * the mount point is the 5th field; after " - ": type, source, options). */
-static int cgroup_mount(const char *controller, char *out, size_t len)
+ * v1 hierarchy holding `controller`, and the cgroup mounted there (root:
+ * "/" unless only part of the hierarchy is, as in a container), from
+ * /proc/self/mountinfo (proc(5): root and mount point are the 4th and 5th
+ * fields; after " - ": type, source, options). */
+static int cgroup_mount(const char *controller, char *out, size_t len, char *root, size_t rootlen)
 {
 	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char *line = NULL, mnt[512], type[32], opts[512];
+	char *line = NULL, mnt[512], type[32], opts[512], rt[512];
 	size_t cap = 0;
 	int ret = -ENOENT;
 
@@ -91,7 +99,7 @@ static int cgroup_mount(const char *controller, char *out, size_t len)
 	while (ret && getline(&line, &cap, f) > 0) {
 		char *dash = strstr(line, " - ");
 
-		if (!dash || sscanf(line, "%*s %*s %*s %*s %511s", mnt) != 1 ||
+		if (!dash || sscanf(line, "%*s %*s %*s %511s %511s", rt, mnt) != 2 ||
 		    sscanf(dash + 3, "%31s %*s %511s", type, opts) != 2)
 			continue;
 		if (!controller && !strcmp(type, "cgroup2"))
@@ -102,8 +110,10 @@ static int cgroup_mount(const char *controller, char *out, size_t len)
 			for (char *k = strtok_r(opts, ",", &save); k && ret; k = strtok_r(NULL, ",", &save))
 				ret = strcmp(k, controller) ? ret : 0;
 		}
-		if (!ret)
+		if (!ret) {
 			snprintf(out, len, "%s", mnt);
+			snprintf(root, rootlen, "%s", rt);
+		}
 	}
 	free(line);
 	fclose(f);
@@ -114,28 +124,51 @@ static int cgroup_mount(const char *controller, char *out, size_t len)
  * (or v2's, NULL) into out, if it exists.  Returns 0 or -ENOENT. */
 static int cgroup_file(pid_t pid, const char *controller, const char *name, char *out, size_t len)
 {
-	char mnt[512], cg[1024];
+	char mnt[512], root[512], cg[1024], *rel = cg;
+	size_t n;
 
-	if (cgroup_mount(controller, mnt, sizeof(mnt)) < 0 || proc_cgroup(pid, controller, cg, sizeof(cg)) < 0)
+	if (cgroup_mount(controller, mnt, sizeof(mnt), root, sizeof(root)) < 0 ||
+	    proc_cgroup(pid, controller, cg, sizeof(cg)) < 0)
 		return -ENOENT;
-	snprintf(out, len, "%s%s/%s", mnt, strcmp(cg, "/") ? cg : "", name);
+	/* the path is from the hierarchy's root, the mount shows `root` */
+	n = strlen(root);
+	if (strcmp(root, "/") && !strncmp(cg, root, n) && (cg[n] == '/' || !cg[n]))
+		rel = cg + n;
+	snprintf(out, len, "%s%s/%s", mnt, strcmp(rel, "/") ? rel : "", name);
 	return access(out, R_OK) ? -ENOENT : 0;
 }
 
-/* The memory cgroup's limit, bytes, or 0 (none, or not readable). */
+/* The memory cgroup's limit, bytes, or 0 (none, or not readable): the
+ * smallest of its own file's (`path`: DIR/memory.max or
+ * DIR/memory.limit_in_bytes) and its ancestors' (a slice's MemoryMax=
+ * bounds every unit in it), up to the hierarchy's root. */
 static uint64_t memcg_limit(const char *path)
 {
-	char buf[64] = "";
-	FILE *f = *path ? fopen(path, "re") : NULL;
-	unsigned long long v;
+	char p[1024], name[64], *slash;
+	uint64_t limit = 0;
+	FILE *f;
 
-	if (!f)
+	snprintf(p, sizeof(p), "%s", path);
+	if (!*p || !(slash = strrchr(p, '/')))
 		return 0;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	/* "max" (v2), or v1's PAGE_COUNTER_MAX pages: no limit */
-	return sscanf(buf, "%llu", &v) == 1 && v < (1ull << 62) ? v : 0;
+	snprintf(name, sizeof(name), "%s", slash + 1);
+	while ((f = fopen(p, "re"))) {
+		char buf[64] = "";
+		unsigned long long v;
+
+		if (!fgets(buf, sizeof(buf), f))
+			buf[0] = 0;
+		fclose(f);
+		/* "max" (v2), or v1's PAGE_COUNTER_MAX pages: no limit */
+		if (sscanf(buf, "%llu", &v) == 1 && v < (1ull << 62) && (!limit || v < limit))
+			limit = v;
+		/* DIR/NAME -> parent of DIR/NAME */
+		*strrchr(p, '/') = 0;
+		if (!(slash = strrchr(p, '/')) || slash == p)
+			break;
+		snprintf(slash + 1, sizeof(p) - (size_t)(slash + 1 - p), "%s", name);
+	}
+	return limit;
 }
 
 static int read_rss(pid_t pid, uint64_t *bytes)
@@ -168,9 +201,12 @@ static int watch_pressure(struct census_watch *w, double pct, char *err, size_t 
 	char req[64];
 	unsigned stall = (unsigned)(pct / 100.0 * PSI_WINDOW_US);
 
-	if (cgroup_file(w->pid, NULL, "memory.pressure", w->psi_path, sizeof(w->psi_path)) < 0)
+	if (cgroup_file(w->pid, NULL, "memory.pressure", w->psi_path, sizeof(w->psi_path)) < 0 ||
+	    (w->psi_fd = open(w->psi_path, O_RDWR | O_NONBLOCK | O_CLOEXEC)) < 0) {
+		/* no v2 group, or it is read-only (systemd's ProtectControlGroups=): the system's */
 		snprintf(w->psi_path, sizeof(w->psi_path), "/proc/pressure/memory");
-	w->psi_fd = open(w->psi_path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+		w->psi_fd = open(w->psi_path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+	}
 	if (w->psi_fd < 0) {
 		int e = errno;
 
@@ -271,7 +307,7 @@ bool census_watch_check(struct census_watch *w, const struct sampler *smp, short
 	}
 	if (!w->fired && now >= w->next_rss && read_rss(w->pid, &w->rss_bytes) == 0) {
 		w->next_rss = now + RSS_PERIOD_S;
-		if (on->rss_bytes && w->rss_bytes >= on->rss_bytes && w->rss_armed && now >= w->quiet_until) {
+		if (on->rss_bytes && w->rss_bytes >= on->rss_bytes && w->rss_armed && now >= w->rss_quiet_until) {
 			w->kind = "rss";
 			snprintf(w->what, sizeof(w->what), "RSS trigger: the target's RSS reached %.1f MiB (rss=%.1f MiB)", mib(w->rss_bytes),
 				 mib(on->rss_bytes));
@@ -279,11 +315,18 @@ bool census_watch_check(struct census_watch *w, const struct sampler *smp, short
 		}
 		w->rss_armed = w->rss_armed || w->rss_bytes < on->rss_bytes;
 	}
-	if (!w->fired && w->psi_fd >= 0 && (psi_revents & POLLPRI) && now >= w->quiet_until) {
+	if (w->psi_fd >= 0 && (psi_revents & (POLLERR | POLLNVAL))) {
+		/* its cgroup was removed (kernfs): pressure is no longer watched */
+		fprintf(stderr, "camlheap: --on pressure: %s is gone; memory pressure no longer watched\n", w->psi_path);
+		close(w->psi_fd);
+		w->psi_fd = -1;
+	}
+	if (!w->fired && w->psi_fd >= 0 && (psi_revents & POLLPRI) && now >= w->psi_quiet_until) {
 		w->kind = "pressure";
-		snprintf(w->what, sizeof(w->what), "pressure trigger: tasks of the target's cgroup stalled on memory "
-						   "%g %% of %u s or more (PSI %s: some avg10=%.2f %%); its RSS %.1f MiB", on->pressure_pct, PSI_WINDOW_US / 1000000,
-			 w->psi_path, psi_avg10(w->psi_path), mib(w->rss_bytes));
+		snprintf(w->what, sizeof(w->what), "pressure trigger: tasks of %s stalled on memory %g %% of %u s or "
+						   "more (PSI %s: some avg10=%.2f %%); its RSS %.1f MiB",
+			 strncmp(w->psi_path, "/proc/", 6) ? "the target's cgroup" : "the system", on->pressure_pct,
+			 PSI_WINDOW_US / 1000000, w->psi_path, psi_avg10(w->psi_path), mib(w->rss_bytes));
 		w->fired = true;
 	}
 	if (!w->fired)
@@ -298,9 +341,12 @@ void census_watch_rearm(struct census_watch *w)
 {
 	if (!strcmp(w->kind, "oom"))
 		w->oom_done = true;
-	if (!strcmp(w->kind, "rss"))
+	if (!strcmp(w->kind, "rss")) {
 		w->rss_armed = false;
-	w->quiet_until = mono_now() + CENSUS_ON_MIN_INTERVAL_S;
+		w->rss_quiet_until = mono_now() + CENSUS_ON_MIN_INTERVAL_S;
+	}
+	if (!strcmp(w->kind, "pressure"))
+		w->psi_quiet_until = mono_now() + CENSUS_ON_MIN_INTERVAL_S;
 	w->fired = false;
 }
 

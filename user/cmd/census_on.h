@@ -12,8 +12,9 @@
  *                 the target allocates nothing more, and the census is
  *                 written from the samples as they stand at the kill.
  *   pressure[=P]  memory pressure: tasks of the target's cgroup v2 group
- *                 (/proc/PID/cgroup "0::"; where it has no memory.pressure,
- *                 the whole system's) stalled on memory at least P %
+ *                 (/proc/PID/cgroup "0::"; where it has no memory.pressure
+ *                 or cannot be written, as under systemd's
+ *                 ProtectControlGroups=, the whole system's) stalled on memory at least P %
  *                 (default 10) of a 2 s window (without CAP_SYS_RESOURCE
  *                 the kernel takes multiples of 2 s only): a PSI trigger, "some" (Linux
  *                 Documentation/accounting/psi.rst, "Monitoring for
@@ -43,8 +44,9 @@ struct census_on {
 };
 
 /* Parse "oom", "pressure", "pressure=PCT" (0 < PCT <= 100) and
- * "rss=SIZE" (SIZE > 0: digits, optional fraction, optional K/M/G/T and
- * optional B or iB), comma-separated, each at most once, into *on.
+ * "rss=SIZE" (SIZE >= 4K: parse_size's, a number with an optional K, M, G
+ * or T and B), comma-separated (blanks ignored, empty items skipped), each
+ * at most once, into *on.
  * Returns 0, or -EINVAL with err set ("unknown trigger 'x': ..."). */
 int census_on_parse(const char *spec, struct census_on *on, char *err, size_t errlen);
 
@@ -62,7 +64,8 @@ struct census_watch {
 	const char *kind;       /* once fired: "oom", "rss" or "pressure" */
 	char what[1024];        /* which trigger fired and the figures then */
 	bool oom_done;          /* the OOM kill was reported (census_watch_rearm) */
-	double quiet_until;     /* CLOCK_MONOTONIC s: rss and pressure wait until then (census_watch_rearm) */
+	double rss_quiet_until, psi_quiet_until; /* CLOCK_MONOTONIC s: rss, pressure fire again from then on
+						  * (census_watch_rearm); a crossing before is dropped */
 };
 
 /* The shortest time between two censuses of the repeatable triggers (rss,
@@ -91,8 +94,8 @@ bool census_watch_check(struct census_watch *w, const struct sampler *smp, short
 
 /* After a census written at w->kind (camlheap serve goes on following the
  * process): watch again, the OOM kill never again, rss once the RSS has
- * fallen below the threshold, rss and pressure not for
- * CENSUS_ON_MIN_INTERVAL_S. */
+ * fallen below the threshold, the trigger that fired not for
+ * CENSUS_ON_MIN_INTERVAL_S (each on its own clock). */
 void census_watch_rearm(struct census_watch *w);
 
 /* At the end: if no trigger fired, say so on stderr ("no census written:

@@ -466,10 +466,6 @@ static bool run_start(struct run *r)
 	}
 	in->next_periodic = now_s() + o->interval_s;
 	record_snapdir(o, in->snapdir, sizeof(in->snapdir));
-	if (o->on.set && !record_watch_start(in, r->smp, r->msg, sizeof(r->msg))) {
-		r->exit_code = 2;
-		return false;
-	}
 	record_window_check(in);
 	if (o->serve)
 		serve_send(in, "attached %s %s %g", t->rt.version, record_executor_name(r->ex), r->cfg.rate);
@@ -513,7 +509,8 @@ static void run_detach(struct run *r)
 	 * takes the kernel ~1 s, which is not recording time). */
 	sampler_stop_sampling(r->smp, t->pid);
 	/* the resident set now if the target still lives (not killed for memory), else its last reading */
-	record_fill_resident(m, in, !in->exec && !in->watch.fired && record_read_resident(in) == 0);
+	record_fill_resident(m, in, !in->exec && !(in->watch.kind && !strcmp(in->watch.kind, "oom")) &&
+				    record_read_resident(in) == 0);
 	m->budget = record_budget_describe(in, NULL);
 	record_window_finish(in, now_s());
 	t_detach = now_s();
@@ -776,7 +773,8 @@ int record_run(const struct record_opts *o)
 	 * orphan the command.  Set only now: ignored dispositions survive exec,
 	 * and the command must get the caller's. */
 	signal(SIGPIPE, SIG_IGN);
-	if (run_plan(&r) < 0 || run_open_profile(&r) < 0 || run_attach(&r) < 0)
+	if (run_plan(&r) < 0 || run_open_profile(&r) < 0 || run_attach(&r) < 0 ||
+	    (o->on.set && record_watch_start(&r.intake, o, r.smp, r.msg, sizeof(r.msg)) < 0))
 		return run_fail(&r);
 	run_meta_at_attach(&r);
 	if (run_start(&r))

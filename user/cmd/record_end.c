@@ -103,16 +103,13 @@ void record_snapdir(const struct record_opts *o, char *buf, size_t len)
 		snprintf(buf, len, ".");
 }
 
-bool record_watch_start(struct intake *in, struct sampler *smp, char *msg, size_t len)
+int record_watch_start(struct intake *in, const struct record_opts *o, struct sampler *smp, char *msg, size_t len)
 {
-	const struct record_opts *o = in->o;
+	int ret = census_watch_start(&in->watch, &o->on, in->pid, smp, !o->census, msg, len);
 
-	if (census_watch_start(&in->watch, &o->on, in->pid, smp, !o->census, msg, len) < 0) {
-		fprintf(stderr, "camlheap: %s\n", msg);
-		return false;
-	}
-	record_say("camlheap: %s\n", msg);
-	return true;
+	if (ret == 0)
+		record_say("camlheap: %s\n", msg);
+	return ret;
 }
 
 void record_census_on_fired(struct intake *in)

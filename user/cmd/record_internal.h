@@ -204,9 +204,10 @@ int record_top_write_cb(void *ctx, bool memtrace, const char *path, char *msg, s
 void record_until_stop(const struct record_opts *o, struct target *t, struct sampler *smp, struct intake *in,
 		       int sigfd, int pidfd, int timerfd, char *reason, size_t len);
 
-/* census --on's triggers in a recording (census_on.h): watching starts
- * (what is watched said on stderr); false, after saying why, if it cannot. */
-bool record_watch_start(struct intake *in, struct sampler *smp, char *msg, size_t len);
+/* census --on's triggers in a recording (census_on.h), once attached:
+ * watching starts (what is watched said on stderr).  Returns 0, or -errno
+ * with msg (len bytes) saying why it cannot (the recording then fails). */
+int record_watch_start(struct intake *in, const struct record_opts *o, struct sampler *smp, char *msg, size_t len);
 
 /* serve's worker or record --on: a trigger fired; the census and heap
  * profile into in->snapdir with the trigger in their names

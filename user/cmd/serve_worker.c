@@ -306,7 +306,8 @@ static void on_stats(struct worker *w, const char *msg)
 const char *const serve_trigger_kinds[3] = { "oom", "rss", "pressure" };
 
 /* "trigger KIND WHAT": a census-on trigger fired; the worker wrote its
- * census (its "wrote" lines follow).  S.lk held. */
+ * census (its "wrote" lines came first; a failed write is in its log).
+ * S.lk held. */
 static void on_trigger(struct worker *w, const char *msg)
 {
 	size_t n = strcspn(msg, " ");
@@ -321,7 +322,7 @@ static void on_trigger(struct worker *w, const char *msg)
 	for (int k = 0; k < 3; k++)
 		if (n == strlen(serve_trigger_kinds[k]) && !strncmp(msg, serve_trigger_kinds[k], n))
 			count[k]++;
-	slog(LOG_WARNING, "target %s: PID %d: census-on %.*s fired, census written in %s: %s", w->target, w->pid,
+	slog(LOG_WARNING, "target %s: PID %d: census-on %.*s fired, census and heap profile into %s: %s", w->target, w->pid,
 	     (int)n, msg, w->dir, msg[n] ? msg + n + 1 : "");
 }
 
