@@ -525,7 +525,7 @@ int sampler_attach(struct sampler *s, pid_t pid, uint64_t load_bias, const struc
 	if ((ret = attach_tracepoint(s->skel->progs.on_exec, "sched_process_exec", &s->exec_link, err, errlen)) < 0 ||
 	    (ret = attach_tracepoint(s->skel->progs.on_exit, "sched_process_exit", &s->exit_link, err, errlen)) < 0)
 		return ret;
-	/* optional: without it only the end reason and census --on oom lose the OOM killer's choice */
+	/* optional: a kernel without oom:mark_victim only refuses --on oom (census_watch_start) */
 	s->oom_link = bpf_program__attach(s->skel->progs.on_oom_victim);
 	s->oom_watched = s->oom_link != NULL;
 	ret = sampler_attach_runtime(s, pid, rt, &proc, exe, exe_name, err, errlen);
