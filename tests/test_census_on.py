@@ -260,9 +260,14 @@ def test_census_on_pressure_is_the_census_when_the_cgroup_stalls():
         cg.remove()
     assert p.returncode == 0, err
     rep = chtest.Report(open(out).read())
-    assert re.search(r"pressure trigger: tasks of the target's cgroup stalled on memory 1 % of 2 s or more "
-                     r"\(PSI /\S+/memory\.pressure: some avg10=[\d.]+ %\); its RSS [\d.]+ MiB, memory cgroup "
-                     r"limit 112\.0 MiB", rep.text), rep.text[:2000]
+    m = re.search(r"pressure trigger: tasks of the target's cgroup stalled on memory 1 % of 2 s or more "
+                     r"\(PSI /\S+/memory\.pressure: some: stalled (\d+) ms of the last ([\d.]+) s \(\d+ %\), avg10=[\d.]+ %\); "
+                     r"its RSS [\d.]+ MiB, memory cgroup "
+                     r"limit 112\.0 MiB", rep.text)
+    assert m, rep.text[:2000]
+    # the stall camlheap read off the PSI file's total over the last window
+    # (or since it started watching, if that was less than a window ago)
+    assert int(m.group(1)) > 0 and float(m.group(2)) > 0, m.group(0)
     check_leak_first(rep, (w.leaked[-1], w.leaked[-1]))
 
 

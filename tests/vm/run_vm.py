@@ -146,6 +146,7 @@ def build_initramfs(init="init.sh"):
     c.add_file(chtest.fixture("cmalloc"), "/work/fixtures/cmalloc")
     c.add_file(chtest.fixture("cdeep"), "/work/fixtures/cdeep")
     c.add_file(chtest.fixture("gctiming"), "/work/fixtures/gctiming")
+    c.add_file(chtest.fixture("oomleak"), "/work/fixtures/oomleak")
     # OCaml 5 fixtures, built with the cached toolchains as `make test` does
     import test_versions
     fx5 = {v: test_versions._fixtures_for(v) for v in ("5.3.0", "5.1.0")}
@@ -165,7 +166,8 @@ def build_initramfs(init="init.sh"):
         if f.endswith((".cmi", ".cmx")):
             c.add_file(os.path.join("/usr/lib/ocaml", f))
     libs = set()
-    for b in (chtest.CAMLHEAP, chtest.fixture("alloc_minor"), chtest.fixture("leak"), "/usr/bin/ocamlopt.opt",
+    for b in (chtest.CAMLHEAP, chtest.fixture("alloc_minor"), chtest.fixture("leak"), chtest.fixture("oomleak"),
+              "/usr/bin/ocamlopt.opt",
               "/usr/bin/as", os.path.join(fx5["5.3.0"], "domains"), os.path.join(fx5["5.1.0"], "domains")):
         libs |= libs_of(b)
     # loaded by serve and status when they need them (user/cmd/ondemand.h), with what they link
@@ -386,7 +388,7 @@ def kill9_domains(sec, text, executor, nruns=8):
 
 
 def main():
-    """VM_ONLY=stock or register runs one part (default both)."""
+    """VM_ONLY=stock, cgroup2 or register runs one part (default all)."""
     if os.geteuid() != 0:
         sys.exit("test-vm: needs root")
     ensure_packages()
@@ -407,6 +409,8 @@ def main():
 
     if only in ("", "stock"):
         stock(check)
+    if only in ("", "cgroup2"):
+        cgroup2(check)
     if only in ("", "register"):
         kernel = unstable_kernel()
         initrd = build_initramfs("init_register.sh")
@@ -491,6 +495,76 @@ def stock(check):
         check("kernel_executor_budget_estimates_unbiased", budget)
         check("serve_discovers_profiles_and_stops_cleanly", serve)
         report_times(text, kvm)
+
+def cgroup2(check):
+    """census --on and serve's census-on with the memory controller on
+    cgroup v2, in groups laid out as systemd's units (init_cgroup2.sh),
+    judged as tests/test_census_on.py judges them on the host's v1."""
+    import test_census_on as tco
+    kernel = stock_kernel()
+    text, kvm = boot(kernel, build_initramfs("init_cgroup2.sh"))
+    with open(os.path.join(VMDIR, "console-cgroup2.log"), "w") as f:
+        f.write(text)
+    sec = sections(text)
+    per = (2 * 1024 * 1024 // 64 * 5, 2 * 1024 * 1024 // 64 * 3)  # words a 2 MiB step leaks
+
+    def leaked(out):
+        return [tuple(map(int, m)) for m in re.findall(r"^LEAKED (\d+) (\d+)$", out, re.M)]
+
+    def booted():
+        assert "@@DONE" in text, "the VM did not finish: see %s/console-cgroup2.log" % VMDIR
+        assert re.search(r"^@@CGROUP2 .*\bmemory\b", text, re.M), text[:2000]
+
+    def oom():
+        s = sec["oom_v2"]
+        assert "@@OOM camlheap never watching" not in text, s["err"]
+        assert "limit: 96.0 MiB" in s["err"], s["err"]
+        # killed by the kernel as without camlheap: 128 + SIGKILL in the shell
+        assert re.search(r"^TARGET_RC 137$", s["out"], re.M) and re.search(r"^OOM_KILL oom_kill 1$", s["out"], re.M), \
+            s["out"][-2000:]
+        assert s["rc"] == 0, s["err"]
+        rep = s["rep"]
+        assert re.search(r"OOM kill: the kernel's OOM killer chose the target \(oom:mark_victim\); its RSS was "
+                         r"[\d.]+ MiB \d+ ms before, memory cgroup limit 96\.0 MiB", rep.text), rep.text[:2000]
+        last = leaked(s["out"])[-1]
+        assert last[0] * 8 > (96 << 20) // 4, s["out"][-2000:]
+        tco.check_leak_first(rep, (last, (last[0] + per[0], last[1] + per[1])))
+
+    def pressure():
+        s = sec["pressure_v2"]
+        assert "@@PRESSURE camlheap never watching" not in text, s["err"]
+        assert "PSI, /sys/fs/cgroup/system.slice/stall.service/memory.pressure" in s["err"], s["err"]
+        assert s["rc"] == 0, s["err"] + s["out"][-1000:]
+        rep = s["rep"]
+        m = re.search(r"pressure trigger: tasks of the target's cgroup stalled on memory 10 % of 2 s or more "
+                      r"\(PSI /sys/fs/cgroup/system\.slice/stall\.service/memory\.pressure: some: stalled (\d+) ms of "
+                      r"the last ([\d.]+) s \(\d+ %\), avg10=[\d.]+ %\); its RSS [\d.]+ MiB, memory cgroup limit "
+                      r"160\.0 MiB", rep.text)
+        assert m and int(m.group(1)) > 0 and float(m.group(2)) > 0, rep.text[:2000]
+        last = leaked(s["out"])[-1]
+        tco.check_leak_first(rep, (last, last))
+
+    def serve():
+        s = sec["serve_v2"]
+        log = s["err"]
+        assert "@@SERVE camlheap never recording" not in text, log[-3000:]
+        assert s["rc"] == 0, log[-3000:]
+        assert re.search(r"^TARGET_RC 137$", s["out"], re.M), s["out"][-2000:]
+        # the cgroup's memory.pressure is read-only here: the system's
+        assert "census-on oom fired" in log and "cannot" not in log, log[-3000:]
+        files = re.search(r"^FILES (.*)$", s["out"], re.M).group(1).split()
+        assert any(re.match(r"census-.*-oom\.txt$", f) for f in files) and \
+            any(re.match(r"heap-.*-oom\.pb\.gz$", f) for f in files), files
+        rep = s["rep"]
+        assert "OOM kill: the kernel's OOM killer chose the target" in rep.text, rep.text[:2000]
+        last = leaked(s["out"])[-1]
+        tco.check_leak_first(rep, (last, (last[0] + per[0], last[1] + per[1])))
+
+    check("cgroup2_booted_with_the_memory_controller", booted)
+    check("cgroup2_census_on_oom_is_the_census_of_the_kill_under_memory_max", oom)
+    check("cgroup2_census_on_pressure_under_memory_high", pressure)
+    check("cgroup2_serve_census_on_in_a_read_only_cgroup_fs", serve)
+
 
 UNSTABLE = "https://deb.debian.org/debian"
 

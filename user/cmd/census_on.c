@@ -189,6 +189,8 @@ static int read_rss(pid_t pid, uint64_t *bytes)
 	return 0;
 }
 
+static void psi_note(struct census_watch *w, double now);
+
 static double mib(uint64_t bytes)
 {
 	return (double)bytes / 1048576.0;
@@ -244,6 +246,7 @@ int census_watch_start(struct census_watch *w, const struct census_on *on, pid_t
 
 		if (ret < 0)
 			return ret;
+		psi_note(w, mono_now());
 	}
 	if (cgroup_file(pid, "memory", "memory.limit_in_bytes", w->memcg, sizeof(w->memcg)) < 0 &&
 	    cgroup_file(pid, NULL, "memory.max", w->memcg, sizeof(w->memcg)) < 0)
@@ -273,19 +276,66 @@ int census_watch_fd(const struct census_watch *w)
 	return w->psi_fd;
 }
 
-/* The PSI file's "some avg10=X" */
-static double psi_avg10(const char *path)
+/* The PSI file's "some" line: avg10 (%) and total (microseconds); -1 if
+ * unreadable.  Format: Linux Documentation/accounting/psi.rst. */
+static int psi_some(const char *path, double *avg10, uint64_t *total_us)
 {
 	char buf[256] = "";
 	FILE *f = fopen(path, "re");
-	double v = -1;
+	unsigned long long t;
+	int ret = -1;
 
 	if (f) {
-		if (fgets(buf, sizeof(buf), f))
-			sscanf(buf, "some avg10=%lf", &v);
+		if (fgets(buf, sizeof(buf), f) &&
+		    sscanf(buf, "some avg10=%lf avg60=%*f avg300=%*f total=%llu", avg10, &t) == 2) {
+			*total_us = t;
+			ret = 0;
+		}
 		fclose(f);
 	}
-	return v;
+	return ret;
+}
+
+/* A reading of "some total=" into the ring (census_watch.psi_seen). */
+static void psi_note(struct census_watch *w, double now)
+{
+	double avg10;
+	uint64_t total;
+	unsigned n = sizeof(w->psi_seen) / sizeof(w->psi_seen[0]);
+
+	if (psi_some(w->psi_path, &avg10, &total) == 0) {
+		w->psi_seen[w->psi_next % n].at = now;
+		w->psi_seen[w->psi_next % n].total_us = total;
+		w->psi_next++;
+	}
+}
+
+/* "some: stalled S ms of the last T s (P %), avg10=A %" into buf: the stall
+ * since the newest reading at least a PSI window old (else the oldest). */
+static void psi_stall(struct census_watch *w, double now, char *buf, size_t len)
+{
+	unsigned n = sizeof(w->psi_seen) / sizeof(w->psi_seen[0]), i, best = n;
+	double avg10 = 0, win = PSI_WINDOW_US / 1e6;
+	uint64_t total = 0;
+
+	if (psi_some(w->psi_path, &avg10, &total) < 0) {
+		snprintf(buf, len, "unreadable");
+		return;
+	}
+	for (i = 0; i < n && i < w->psi_next; i++) {
+		unsigned k = (w->psi_next - 1 - i) % n;
+
+		best = k;
+		if (now - w->psi_seen[k].at >= win)
+			break;
+	}
+	if (best == n || total < w->psi_seen[best].total_us || now <= w->psi_seen[best].at) {
+		snprintf(buf, len, "some avg10=%.2f %%", avg10);
+		return;
+	}
+	snprintf(buf, len, "some: stalled %.0f ms of the last %.2f s (%.0f %%), avg10=%.2f %%",
+		 (double)(total - w->psi_seen[best].total_us) / 1e3, now - w->psi_seen[best].at,
+		 (double)(total - w->psi_seen[best].total_us) / 1e4 / (now - w->psi_seen[best].at), avg10);
 }
 
 bool census_watch_check(struct census_watch *w, const struct sampler *smp, short psi_revents)
@@ -307,6 +357,8 @@ bool census_watch_check(struct census_watch *w, const struct sampler *smp, short
 	}
 	if (!w->fired && now >= w->next_rss && read_rss(w->pid, &w->rss_bytes) == 0) {
 		w->next_rss = now + RSS_PERIOD_S;
+		if (w->psi_fd >= 0)
+			psi_note(w, now);
 		if (on->rss_bytes && w->rss_bytes >= on->rss_bytes && w->rss_armed && now >= w->rss_quiet_until) {
 			w->kind = "rss";
 			snprintf(w->what, sizeof(w->what), "RSS trigger: the target's RSS reached %.1f MiB (rss=%.1f MiB)", mib(w->rss_bytes),
@@ -322,11 +374,14 @@ bool census_watch_check(struct census_watch *w, const struct sampler *smp, short
 		w->psi_fd = -1;
 	}
 	if (!w->fired && w->psi_fd >= 0 && (psi_revents & POLLPRI) && now >= w->psi_quiet_until) {
+		char stall[160];
+
+		psi_stall(w, now, stall, sizeof(stall));
 		w->kind = "pressure";
 		snprintf(w->what, sizeof(w->what), "pressure trigger: tasks of %s stalled on memory %g %% of %u s or "
-						   "more (PSI %s: some avg10=%.2f %%); its RSS %.1f MiB",
+						   "more (PSI %s: %s); its RSS %.1f MiB",
 			 strncmp(w->psi_path, "/proc/", 6) ? "the target's cgroup" : "the system", on->pressure_pct,
-			 PSI_WINDOW_US / 1000000, w->psi_path, psi_avg10(w->psi_path), mib(w->rss_bytes));
+			 PSI_WINDOW_US / 1000000, w->psi_path, stall, mib(w->rss_bytes));
 		w->fired = true;
 	}
 	if (!w->fired)

@@ -66,6 +66,12 @@ struct census_watch {
 	bool oom_done;          /* the OOM kill was reported (census_watch_rearm) */
 	double rss_quiet_until, psi_quiet_until; /* CLOCK_MONOTONIC s: rss, pressure fire again from then on
 						  * (census_watch_rearm); a crossing before is dropped */
+	/* The PSI file's "some total=" (microseconds stalled, cumulative) read
+	 * with the RSS, a ring of the last 2 s and more: the stall of the
+	 * trigger's window is the difference (avg10 is recomputed every 2 s
+	 * only, kernel/sched/psi.c, and reads 0 at a first stall). */
+	struct { double at; uint64_t total_us; } psi_seen[64];
+	unsigned psi_next;      /* the ring's next slot */
 };
 
 /* The shortest time between two censuses of the repeatable triggers (rss,
