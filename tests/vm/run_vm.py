@@ -128,6 +128,27 @@ class Cpio:
         self.mkdir(os.path.dirname(dest))
         self._entry(dest.strip("/"), 0o120777, target.encode())
 
+    def add_tree(self, root, skip=()):
+        """Every directory, file and symlink under `root`, with its mode,
+        at the same path under / (but those under a path in `skip`)."""
+        for d, dirs, files in os.walk(root):
+            rel = os.path.relpath(d, root)
+            dirs[:] = [x for x in dirs if os.path.normpath(os.path.join(rel, x)) not in skip
+                       and not os.path.islink(os.path.join(d, x))]
+            for x in sorted(os.listdir(d)):
+                path = os.path.join(d, x)
+                name = os.path.normpath(os.path.join(rel, x))
+                if name in skip:
+                    continue
+                st = os.lstat(path)
+                if os.path.islink(path):
+                    self._entry(name, 0o120777, os.readlink(path).encode())
+                elif os.path.isdir(path):
+                    self.dirs.add(name)
+                    self._entry(name, st.st_mode)
+                elif os.path.isfile(path):
+                    self._entry(name, st.st_mode, open(path, "rb").read())
+
     def close(self):
         self._entry("TRAILER!!!", 0)
         return self.buf.getvalue()
@@ -388,7 +409,7 @@ def kill9_domains(sec, text, executor, nruns=8):
 
 
 def main():
-    """VM_ONLY=stock, cgroup2 or register runs one part (default all)."""
+    """VM_ONLY=stock, cgroup2, systemd or register runs one part (default all)."""
     if os.geteuid() != 0:
         sys.exit("test-vm: needs root")
     ensure_packages()
@@ -411,6 +432,8 @@ def main():
         stock(check)
     if only in ("", "cgroup2"):
         cgroup2(check)
+    if only in ("", "systemd"):
+        systemd(check)
     if only in ("", "register"):
         kernel = unstable_kernel()
         initrd = build_initramfs("init_register.sh")
@@ -564,6 +587,137 @@ def cgroup2(check):
     check("cgroup2_census_on_oom_is_the_census_of_the_kill_under_memory_max", oom)
     check("cgroup2_census_on_pressure_under_memory_high", pressure)
     check("cgroup2_serve_census_on_in_a_read_only_cgroup_fs", serve)
+
+
+def systemd_rootfs():
+    """Debian 12 with systemd (debootstrap --variant=minbase), without its
+    documentation and package lists; built once into build/vm."""
+    root = os.path.join(VMDIR, "rootfs-systemd")
+    if os.path.exists(os.path.join(root, "lib/systemd/systemd")):
+        return root
+    if not shutil.which("debootstrap"):
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "debootstrap"], env=env,
+                       check=True, stdout=subprocess.DEVNULL)
+    tmp = root + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    subprocess.run(["debootstrap", "--variant=minbase", "--include=systemd,systemd-sysv", "bookworm", tmp,
+                    "http://deb.debian.org/debian"], check=True, stdout=subprocess.DEVNULL)
+    for d in ("usr/share/doc", "usr/share/man", "usr/share/locale", "usr/share/info", "var/cache/apt",
+              "var/lib/apt/lists"):
+        shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
+    os.rename(tmp, root)
+    return root
+
+
+def build_systemd_initramfs():
+    """The rootfs above as the initramfs (systemd is PID 1: rdinit), with
+    camlheap and its libraries, the oomleak fixture, the unit make install
+    ships (dist/camlheap.service.in, camlheap at /work), tests/vm/systemd's
+    units, configuration and test script."""
+    root = systemd_rootfs()
+    c = Cpio()
+    c.add_tree(root, skip=("dev", "proc", "sys", "run"))
+    for d in ("dev", "proc", "sys", "run"):
+        c.mkdir(d)
+    sd = os.path.join(HERE, "systemd")
+    c.add_file(chtest.CAMLHEAP, "/work/camlheap")
+    c.add_file(chtest.fixture("oomleak"), "/work/fixtures/oomleak")
+    c.add("/work/vmtest.sh", open(os.path.join(sd, "vmtest.sh"), "rb").read())
+    unit = open(os.path.join(TESTS, "..", "dist", "camlheap.service.in")).read().replace("@BINDIR@", "/work")
+    c.add("/etc/systemd/system/camlheap.service", unit.encode(), 0o100644)
+    for f in ("oomleak.service", "vmtest.service"):
+        c.add("/etc/systemd/system/" + f, open(os.path.join(sd, f), "rb").read(), 0o100644)
+    c.add("/etc/camlheap/camlheap.conf", open(os.path.join(sd, "camlheap.conf"), "rb").read(), 0o100644)
+    c.symlink("/etc/systemd/system/multi-user.target.wants/vmtest.service", "/etc/systemd/system/vmtest.service")
+    for masked in ("serial-getty@ttyS0.service", "getty@tty1.service", "apt-daily.timer", "apt-daily-upgrade.timer",
+                   "e2scrub_all.timer", "fstrim.timer"):
+        c.symlink("/etc/systemd/system/" + masked, "/dev/null")
+    libs = libs_of(chtest.CAMLHEAP)
+    for soname in ("libmicrohttpd.so.12", "libcurl.so.4"):
+        m = re.search(r"\s%s \(libc6,x86-64\) => (\S+)" % re.escape(soname),
+                      subprocess.run(["ldconfig", "-p"], stdout=subprocess.PIPE).stdout.decode())
+        if m:
+            libs |= {m.group(1)} | libs_of(m.group(1))
+    for lib in sorted(libs):
+        dest = "/usr" + lib if lib.startswith("/lib/") else lib
+        if not os.path.exists(os.path.join(root, dest.lstrip("/"))):
+            c.add_file(lib, dest)
+    data = c.close()
+    path = os.path.join(VMDIR, "systemd.cpio.gz")
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(data)
+    return path
+
+
+def systemd(check):
+    """camlheap serve as the shipped unit under systemd (Debian 12's 252,
+    cgroup v2), census-on = oom, and a program of the target in a unit with
+    MemoryMax= leaking until the OOM kill (tests/vm/systemd/vmtest.sh)."""
+    import test_census_on as tco
+    kernel = stock_kernel()
+    text, kvm = boot(kernel, build_systemd_initramfs(),
+                     append="rdinit=/lib/systemd/systemd systemd.show_status=0 systemd.unit=multi-user.target")
+    with open(os.path.join(VMDIR, "console-systemd.log"), "w") as f:
+        f.write(text)
+
+    def grab(tag):
+        m = re.search(r"^@@%s ?(.*)$" % tag, text, re.M)
+        assert m, "no @@%s: see %s/console-systemd.log" % (tag, VMDIR)
+        return m.group(1)
+
+    def part(tag, end):
+        # between the line @@tag and the line @@end
+        return text[text.find("@@" + tag + "\n") + len(tag) + 3:text.find("@@" + end + "\n")]
+
+    def booted():
+        assert "@@DONE" in text, "the VM did not finish: see %s/console-systemd.log" % VMDIR
+        assert grab("SYSTEMD").startswith("systemd ") and grab("CGROUP") == "cgroup2fs", text[:3000]
+
+    def unit_starts_and_stops():
+        # Type=notify: `systemctl start` returns once camlheap sent READY=1
+        assert grab("SERVE_START") == "rc=0 active", part("JOURNAL_ALL", "JOURNAL_JSON")[-3000:]
+        assert grab("SERVE_AFTER") == "active restarts=0", part("JOURNAL_ALL", "JOURNAL_JSON")[-3000:]
+        assert grab("SERVE_STOP") == "rc=0 result=success", part("JOURNAL_ALL", "JOURNAL_JSON")[-3000:]
+
+    def oom_census():
+        assert "@@NEVER_RECORDING" not in text and "@@NEVER_UNFOLLOWED" not in text, \
+            part("JOURNAL_ALL", "JOURNAL_JSON")[-3000:]
+        # the program dies as it would without camlheap: systemd's oom-kill,
+        # SIGKILL (ExecMainCode 2: CLD_KILLED)
+        assert grab("LEAK_RESULT") == "oom-kill status=9 code=2", grab("LEAK_RESULT")
+        warn = part("JOURNAL_WARNING", "JOURNAL_ALL")
+        pid = grab("LEAK_PID")
+        assert re.search(r"target leak: PID %s: census-on oom fired, census and heap profile into "
+                         r"/var/lib/camlheap/leak/%s-\S+: OOM kill: .* memory cgroup limit 96\.0 MiB" % (pid, pid), warn), \
+            warn[-3000:]
+        # the journal's priorities: warning for the trigger, info for a
+        # process followed, and -p warning shows no info line
+        import json
+        prio = {}
+        for line in part("JOURNAL_JSON", "LEAK_OUT").splitlines():
+            if line.startswith("{"):
+                e = json.loads(line)
+                for key in ("census-on oom fired", "following PID %s" % pid):
+                    if isinstance(e.get("MESSAGE"), str) and key in e["MESSAGE"]:
+                        prio[key] = e.get("PRIORITY")
+        assert prio == {"census-on oom fired": "4", "following PID %s" % pid: "6"}, prio
+        assert "following PID" not in warn, warn
+        files = grab("FILES").split()
+        assert any(re.match(r"census-.*-oom\.txt$", f) for f in files) and \
+            any(re.match(r"heap-.*-oom\.pb\.gz$", f) for f in files), files
+        rep = chtest.Report(part("CENSUS", "DONE"))
+        assert re.search(r"OOM kill: the kernel's OOM killer chose the target \(oom:mark_victim\); its RSS was "
+                         r"[\d.]+ MiB \d+ ms before, memory cgroup limit 96\.0 MiB", rep.text), rep.text[:2000]
+        leaked = [tuple(map(int, m)) for m in re.findall(r"^LEAKED (\d+) (\d+)$", part("LEAK_OUT", "FILES"), re.M)]
+        last = leaked[-1]
+        assert last[0] * 8 > (96 << 20) // 4, leaked
+        per = (2 * 1024 * 1024 // 64 * 5, 2 * 1024 * 1024 // 64 * 3)
+        tco.check_leak_first(rep, (last, (last[0] + per[0], last[1] + per[1])))
+
+    check("systemd_booted_with_cgroup2", booted)
+    check("systemd_shipped_unit_starts_ready_and_stops", unit_starts_and_stops)
+    check("systemd_serve_census_on_oom_under_memory_max", oom_census)
 
 
 UNSTABLE = "https://deb.debian.org/debian"
