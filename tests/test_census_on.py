@@ -309,6 +309,67 @@ def test_census_on_without_the_trigger_writes_nothing():
     assert open(out).read() == "an earlier census\n"
 
 
+def test_census_on_names_the_smallest_limit_of_the_cgroup_and_its_ancestors():
+    # a unit in a slice: the slice's limit bounds it (systemd's MemoryMax= on
+    # a .slice), the unit has none of its own
+    cg = MemoryCgroup(200 << 20)
+    child = os.path.join(cg.path, "unit")
+    os.mkdir(child)
+    cg.paths.insert(0, child)
+
+    def join():
+        with open(os.path.join(child, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    w = None
+    try:
+        w = subprocess.Popen([fixture("oomleak"), "--wait", "n=1", "step=1"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=join)
+        pid = int(w.stdout.readline().split()[1])
+        p, out = census_on(pid, "oom")
+        err = wait_watching(p)
+        assert "the OOM killer chooses the target (its memory cgroup's limit: 200.0 MiB)" in err, err
+        w.communicate(b"go\n", timeout=60)
+        _, e = p.communicate(timeout=60)
+        assert p.returncode == 1 and not os.path.exists(out), err + e.decode()
+    finally:
+        if w and w.poll() is None:
+            w.kill()
+            w.wait()
+        cg.remove()
+
+
+def test_census_on_pressure_ends_when_the_cgroup_is_removed():
+    # the group whose memory.pressure camlheap watches is removed (the
+    # program moved out first): the kernel signals POLLERR on the trigger;
+    # camlheap says pressure is no longer watched and follows the program on
+    cg = MemoryCgroup(256 << 20)
+    w = None
+    try:
+        w = Leaker(["n=1", "step=1"], cg)
+        p, out = census_on(w.pid, "pressure=50")
+        err = wait_watching(p)
+        m = re.search(r"\(PSI, (/\S+)/memory\.pressure\)", err)
+        assert m and m.group(1) in cg.paths, (err, cg.paths)
+        group = m.group(1)
+        with open(os.path.join(os.path.dirname(group), "cgroup.procs"), "w") as f:
+            f.write(str(w.pid))
+        os.rmdir(group)
+        cg.paths.remove(group)
+        err += chtest.stderr_until(p, b"memory pressure no longer watched", 30)
+        assert "--on pressure: %s/memory.pressure is gone" % group in err, err
+        w.go()
+        w.proc.communicate(timeout=60)
+        _, e = p.communicate(timeout=60)
+        err += e.decode()
+        assert w.proc.returncode == 0 and p.returncode == 1, err
+        assert "no census written: target exited with status 0" in err, err
+    finally:
+        if w and w.proc.poll() is None:
+            w.proc.kill()
+            w.proc.wait()
+        cg.remove()
+
+
 def test_census_on_refuses_bad_triggers():
     cases = [
         (["--on", "foo"], "unknown trigger 'foo'"),
