@@ -61,27 +61,38 @@ timeit() {
 }
 
 # kill9 TAG EXECUTOR RATE STEP_US N KILLALL CMD...: camlheap attached to CMD
-# (run in the background) with EXECUTOR at RATE, killed with -9 after
-# i * STEP_US microseconds for i = 1..N (every other time together with its
-# probe holder, `killall`, when KILLALL is 1), then CMD alone: "@@TAG i
-# rc=.. md5=.." of each run's status and output, and "@@TAG ref ..." of CMD
-# alone
+# (run in the background) with EXECUTOR at RATE, killed with -9 (every other
+# time together with its probe holder, `killall`, when KILLALL is 1): in odd
+# runs i * STEP_US microseconds after it started (during the attach, as a
+# rule), in even runs i * STEP_US after it said it was recording (its
+# executor at work); then CMD alone. "@@TAG i rc=.. md5=.. attached=0|1" of
+# each run's status and output and whether camlheap had said it was
+# recording when killed, and "@@TAG ref rc=.. md5=.." of CMD alone
 kill9() {
 	tag=$1 ex=$2 rate=$3 step=$4 n=$5 all=$6
 	shift 6
 	i=1
 	while [ $i -le $n ]; do
-		rm -f /tmp/k
+		rm -f /tmp/k /tmp/kerr
 		"$@" >/tmp/k &
 		t=$!
-		$CH record -p $t --executor $ex --rate $rate -o /tmp/rk.txt 2>/dev/null &
+		$CH record -p $t --executor $ex --rate $rate -o /tmp/rk.txt 2>/tmp/kerr &
 		c=$!
+		if [ $((i % 2)) = 0 ]; then
+			j=0
+			until grep -q "recording PID" /tmp/kerr || ! kill -0 $c 2>/dev/null || [ $j -gt 1200 ]; do
+				usleep 50000
+				j=$((j + 1))
+			done
+		fi
 		usleep $((i * step))
+		attached=0
+		grep -q "recording PID" /tmp/kerr && attached=1
 		if [ $all = 1 ] && [ $((i % 2)) = 0 ]; then killall -9 camlheap; else kill -9 $c; fi
 		wait $t
 		rc=$?
 		wait $c 2>/dev/null
-		echo "@@$tag $i rc=$rc md5=$(md5sum </tmp/k | cut -d' ' -f1)"
+		echo "@@$tag $i rc=$rc md5=$(md5sum </tmp/k | cut -d' ' -f1) attached=$attached"
 		i=$((i + 1))
 	done
 	"$@" >/tmp/k
