@@ -281,13 +281,75 @@ def test_record_on_writes_a_census_at_the_trigger_and_records_on():
     census = [f for f in files if re.match(r"census-\d{8}T\d{6}\.\d{3}Z-rss\.txt$", f)]
     assert len(census) == 1 and any(re.match(r"heap-.*-rss\.pb\.gz$", f) for f in files), files
     text = open(os.path.join(d, census[0])).read()
-    assert "RSS trigger: the target's RSS reached" in text, text[:2000]
+    m = re.search(r"RSS trigger: the target's RSS reached ([\d.]+) MiB", text)
+    assert m and float(m.group(1)) >= 48.0, text[:2000]
+    # the resident breakdown is read at the trigger (the leak only grows:
+    # at least what fired it), not a reading of another moment
+    r = re.search(r"^resident    RSS ([\d.]+) MiB \(peak [\d.]+ MiB; read at the trigger\)", text, re.M)
+    assert r and float(r.group(1)) >= float(m.group(1)) - 0.1, text[:2000]
     # the recording went on to the program's end: its report has every step
     leaked = [tuple(map(int, l.split()[1:])) for l in so.splitlines() if l.startswith("LEAKED")]
     assert len(leaked) == 20
     rep = chtest.Report(open(out).read())
     check_between(sum(s["samples"] for s in rep.sites if any(f["function"] == "Oomleak.leak_one" for f in s["frames"])),
                   sum(leaked[-1]), sum(leaked[-1]), "samples in Oomleak.leak_one")
+
+
+def test_census_on_writes_json_with_its_trigger():
+    w = Leaker(["n=30", "step=%d" % STEP_MIB, "pause=100", "idle"])
+    out = os.path.join(chtest.tmpdir(), "census.json")
+    p = subprocess.Popen([chtest.CAMLHEAP, "census", "-p", str(w.pid), "--rate", repr(RATE), "--on", "rss=40M",
+                          "-o", out], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        err = wait_watching(p)
+        w.go()
+        while p.poll() is None:
+            line = w.next_line()
+            assert line and line != "DONE\n", (line, w.leaked)
+        err += p.communicate(timeout=60)[1].decode()
+    finally:
+        w.proc.stdin.close()
+        w.proc.kill()
+        w.proc.wait()
+    assert p.returncode == 0 and "census written to %s (trigger: rss)" % out in err, err
+    import json
+    j = json.load(open(out))
+    assert j["format"] == "camlheap-report" and j["run"]["trigger"].startswith(
+        "RSS trigger: the target's RSS reached"), j["run"]
+    assert j["census"] and j["census"]["live_samples"] > 0, j["census"]
+    # the leak's live samples are the bulk of the live sampled heap
+    leak = sum(x["live"]["samples"] for x in j["sites"] if x.get("live") and x["stack"] is not None and any(
+        j["frames"][i]["function"] == "Oomleak.leak_one" for i in j["stacks"][x["stack"]]["frames"]))
+    assert leak >= 0.9 * j["census"]["live_samples"], (leak, j["census"])
+
+
+def test_serve_keeps_the_trigger_files_past_keep_intervals():
+    """serve's retention (keep = N files a type) counts census-on's files
+    apart from the periodic ones: the rss pair outlives `keep` intervals."""
+    from test_serve import PORT_BASE, Service
+    svc = Service({"leak": "exe = %s\nrate = %r\ncensus-on = rss=24M" % (fixture("oomleak"), RATE)},
+                  PORT_BASE + 25, interval=1, keep=2)
+    w = None
+    try:
+        w = Leaker(["n=8", "step=%d" % STEP_MIB, "idle"])
+        svc.wait_state(w.pid, "recording")
+        w.go()
+        while w.next_line() != "DONE\n":
+            pass
+        svc.wait_log(r"PID %d: census-on rss fired" % w.pid, timeout=60)
+        # 5 periodic pairs written after the trigger: 2 of them kept
+        d = os.path.join(svc.out, "leak", [x for x in os.listdir(os.path.join(svc.out, "leak"))
+                                           if x.startswith("%d-" % w.pid)][0])
+        time.sleep(6)
+        files = sorted(os.listdir(d))
+    finally:
+        if w and w.proc.poll() is None:
+            w.proc.kill()
+            w.proc.wait()
+        svc.stop()
+    rss = [f for f in files if f.endswith(("-rss.txt", "-rss.pb.gz"))]
+    periodic = [f for f in files if re.match(r"(census|heap)-\d{8}T\d{6}\.\d{3}Z\.(txt|pb\.gz)$", f)]
+    assert len(rss) == 2 and len(periodic) == 4, files
 
 
 def test_census_on_without_the_trigger_writes_nothing():
@@ -380,6 +442,9 @@ def test_census_on_refuses_bad_triggers():
         (["--on", "rss=2GiB"], "rss=SIZE takes a size"),
         (["--on", "oom", "--wait-major", "2"], "give no --wait-major"),
         (["--on", "oom", "--exact"], "--exact takes no"),
+        (["--on", "oom", "--format", "svg"], "census writes text or json"),
+        (["--on", "oom", "-o", "/tmp/at-oom.pb.gz"], "census writes text or json"),
+        (["--on", "oom rss=1G"], "unknown trigger 'oom rss=1G'"),
     ]
     for args, text in cases:
         p = subprocess.run([chtest.CAMLHEAP, "census", "-p", "1"] + args, stdout=subprocess.PIPE,

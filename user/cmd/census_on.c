@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,10 +49,22 @@ int census_on_parse(const char *spec, struct census_on *on, char *err, size_t er
 	if (strlen(spec) >= sizeof(buf))
 		return bad(err, errlen, "'%.40s...' is too long (at most 127 characters)", spec);
 	snprintf(on->spec, sizeof(on->spec), "%s", spec);
-	/* blanks anywhere are dropped: "oom, pressure = 20" is "oom,pressure=20" */
-	for (const char *c = spec; *c; c++)
-		if (!isspace((unsigned char)*c))
+	/* blanks around the separators are dropped: "oom, pressure = 20" is
+	 * "oom,pressure=20"; one between words stays, and the word is refused
+	 * as written ("oom rss=1G": a comma is missing) */
+	for (const char *c = spec; *c; c++) {
+		const char *next = c;
+
+		if (!isspace((unsigned char)*c)) {
 			buf[n++] = *c;
+			continue;
+		}
+		while (isspace((unsigned char)*next))
+			next++;
+		if (n && buf[n - 1] != ',' && buf[n - 1] != '=' && *next && *next != ',' && *next != '=')
+			buf[n++] = ' ';
+		c = next - 1;
+	}
 	buf[n] = 0;
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (!strcmp(tok, "oom")) {
@@ -196,25 +209,53 @@ static double mib(uint64_t bytes)
 	return (double)bytes / 1048576.0;
 }
 
+/* rss=SIZE as said back: KiB below 1 MiB, GiB from 1 GiB (the readings
+ * stay in MiB, to compare) */
+static const char *size_said(uint64_t bytes, char *buf, size_t len)
+{
+	if (bytes < (1u << 20))
+		snprintf(buf, len, "%.1f KiB", (double)bytes / 1024.0);
+	else if (bytes < (1u << 30))
+		snprintf(buf, len, "%.1f MiB", mib(bytes));
+	else
+		snprintf(buf, len, "%.2f GiB", (double)bytes / 1073741824.0);
+	return buf;
+}
+
 /* pressure: a PSI trigger on the target's cgroup's memory.pressure, else
  * the whole system's. */
 static int watch_pressure(struct census_watch *w, double pct, char *err, size_t errlen)
 {
-	char req[64];
+	char req[64], dir[512], updir[520];
 	unsigned stall = (unsigned)(pct / 100.0 * PSI_WINDOW_US);
+	struct stat here, up;
 
-	if (cgroup_file(w->pid, NULL, "memory.pressure", w->psi_path, sizeof(w->psi_path)) < 0 ||
-	    (w->psi_fd = open(w->psi_path, O_RDWR | O_NONBLOCK | O_CLOEXEC)) < 0) {
-		/* no v2 group, or it is read-only (systemd's ProtectControlGroups=): the system's */
+	if (cgroup_file(w->pid, NULL, "memory.pressure", w->psi_path, sizeof(w->psi_path)) < 0) {
+		snprintf(w->psi_why, sizeof(w->psi_why), "the target is in no cgroup v2 group with a memory.pressure");
+	} else {
+		/* the hierarchy's root group (its directory is a mount point):
+		 * its pressure is every task's */
+		snprintf(dir, sizeof(dir), "%s", w->psi_path);
+		*strrchr(dir, '/') = 0;
+		snprintf(updir, sizeof(updir), "%s/..", dir);
+		if (stat(dir, &here) == 0 && stat(updir, &up) == 0 && here.st_dev != up.st_dev)
+			snprintf(w->psi_why, sizeof(w->psi_why), "the target's cgroup v2 group is the root, %s", dir);
+		else if ((w->psi_fd = open(w->psi_path, O_RDWR | O_NONBLOCK | O_CLOEXEC)) < 0)
+			/* read-only (systemd's ProtectControlGroups=), ... */
+			snprintf(w->psi_why, sizeof(w->psi_why), "%s cannot be opened for writing: %s", w->psi_path,
+				 strerror(errno));
+	}
+	if (w->psi_fd < 0) {
+		w->psi_system = true;
 		snprintf(w->psi_path, sizeof(w->psi_path), "/proc/pressure/memory");
 		w->psi_fd = open(w->psi_path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 	}
 	if (w->psi_fd < 0) {
 		int e = errno;
 
-		snprintf(err, errlen, "--on pressure: cannot open %s: %s%s", w->psi_path, strerror(e),
+		snprintf(err, errlen, "--on pressure: cannot open %s: %s%s (the system's: %s)", w->psi_path, strerror(e),
 			 e == ENOENT ? " (this kernel has no PSI: it needs CONFIG_PSI, and psi=1 where it is "
-				       "off by default)" : "");
+				       "off by default)" : "", w->psi_why);
 		return -e;
 	}
 	snprintf(req, sizeof(req), "some %u %u", stall ? stall : 1, PSI_WINDOW_US);
@@ -233,7 +274,7 @@ int census_watch_start(struct census_watch *w, const struct census_on *on, pid_t
 		       bool serve, char *msg, size_t len)
 {
 	uint64_t limit;
-	char lim[96] = "";
+	char lim[96] = "", sz[32], why[sizeof(w->psi_why) + 8] = "";
 	size_t n;
 
 	*w = (struct census_watch){ .pid = pid, .psi_fd = -1 };
@@ -247,6 +288,7 @@ int census_watch_start(struct census_watch *w, const struct census_on *on, pid_t
 		if (ret < 0)
 			return ret;
 		psi_note(w, mono_now());
+		snprintf(why, sizeof(why), ": %s)", w->psi_why);
 	}
 	if (cgroup_file(pid, "memory", "memory.limit_in_bytes", w->memcg, sizeof(w->memcg)) < 0 &&
 	    cgroup_file(pid, NULL, "memory.max", w->memcg, sizeof(w->memcg)) < 0)
@@ -259,14 +301,16 @@ int census_watch_start(struct census_watch *w, const struct census_on *on, pid_t
 	n = (size_t)snprintf(msg, len, "the census will be written when%s%s%s%s%s%s",
 			     on->oom ? " the OOM killer chooses the target" : "", on->oom ? lim : "",
 			     on->pressure_pct > 0 && on->oom ? ", or when" : "",
-			     on->pressure_pct > 0 ? " its memory pressure is high (PSI, " : "",
-			     on->pressure_pct > 0 ? w->psi_path : "", on->pressure_pct > 0 ? ")" : "");
+			     on->pressure_pct <= 0 ? "" : w->psi_system ? " the whole system's memory pressure is high (PSI, "
+									  : " its memory pressure is high (PSI, ",
+			     on->pressure_pct > 0 ? w->psi_path : "", on->pressure_pct <= 0 ? "" : w->psi_system ? why : ")");
 	if (on->rss_bytes && n < len)
-		n += (size_t)snprintf(msg + n, len - n, "%s its RSS reaches %.1f MiB (now %.1f MiB%s)",
-				      on->oom || on->pressure_pct > 0 ? ", or when" : "", mib(on->rss_bytes),
+		n += (size_t)snprintf(msg + n, len - n, "%s its RSS reaches %s (now %.1f MiB%s)",
+				      on->oom || on->pressure_pct > 0 ? ", or when" : "",
+				      size_said(on->rss_bytes, sz, sizeof(sz)),
 				      mib(w->rss_bytes), w->rss_armed ? "" : ": above already, so it must fall below first");
 	if (n < len)
-		snprintf(msg + n, len - n, "%s", serve ? " (each time)" : "; Ctrl-C ends it with no census");
+		snprintf(msg + n, len - n, "%s", serve ? "; a census at each trigger" : "; Ctrl-C ends it with no census");
 	w->on = on;
 	return 0;
 }
@@ -361,8 +405,10 @@ bool census_watch_check(struct census_watch *w, const struct sampler *smp, short
 			psi_note(w, now);
 		if (on->rss_bytes && w->rss_bytes >= on->rss_bytes && w->rss_armed && now >= w->rss_quiet_until) {
 			w->kind = "rss";
-			snprintf(w->what, sizeof(w->what), "RSS trigger: the target's RSS reached %.1f MiB (rss=%.1f MiB)", mib(w->rss_bytes),
-				 mib(on->rss_bytes));
+			char sz[32];
+
+			snprintf(w->what, sizeof(w->what), "RSS trigger: the target's RSS reached %.1f MiB (rss=%s)",
+				 mib(w->rss_bytes), size_said(on->rss_bytes, sz, sizeof(sz)));
 			w->fired = true;
 		}
 		w->rss_armed = w->rss_armed || w->rss_bytes < on->rss_bytes;
@@ -380,7 +426,7 @@ bool census_watch_check(struct census_watch *w, const struct sampler *smp, short
 		w->kind = "pressure";
 		snprintf(w->what, sizeof(w->what), "pressure trigger: tasks of %s stalled on memory %g %% of %u s or "
 						   "more (PSI %s: %s); its RSS %.1f MiB",
-			 strncmp(w->psi_path, "/proc/", 6) ? "the target's cgroup" : "the system", on->pressure_pct,
+			 w->psi_system ? "the system" : "the target's cgroup", on->pressure_pct,
 			 PSI_WINDOW_US / 1000000, w->psi_path, stall, mib(w->rss_bytes));
 		w->fired = true;
 	}

@@ -56,6 +56,8 @@ struct census_watch {
 	pid_t pid;
 	int psi_fd;             /* the PSI trigger's file, polled for POLLPRI, or -1 */
 	char psi_path[512];     /* its path */
+	bool psi_system;        /* it is the whole system's: psi_why says why not the target's group's */
+	char psi_why[640];
 	char memcg[512];        /* the target's memory cgroup's limit file ("" if none found) */
 	bool rss_armed;         /* the RSS was seen below rss_bytes since the start */
 	uint64_t rss_bytes;     /* its last reading, bytes */

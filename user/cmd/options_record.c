@@ -171,7 +171,7 @@ static const struct argp_option census_options[] = {
 	  "--exact: stop the walk (nothing written, exit 1) once the program was stopped this long (default 1)", 1 },
 	{ "max-wait", OPT_MAX_WAIT, "SECONDS", 0,
 	  "--exact: look this long for a moment outside the memory manager (default 5)", 1 },
-	{ "format", 'f', "FORMAT", 0, "--exact: text (default) or json (also from -o NAME.json)", 1 },
+	{ "format", 'f', "FORMAT", 0, "text (default) or json (also from -o NAME.json; JSON: docs/json.md)", 1 },
 	{ 0 }
 };
 
@@ -222,18 +222,18 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 	if (o->census) {
 		if (!o->pid || o->argv)
 			argp_error(state, "census takes -p PID (a running process), and no command");
+		if (!o->format_given && o->output && strcmp(o->output, "-")) {
+			o->format = format_of_name(o->output);
+			if (o->format == REPORT_MEMTRACE) /* no known extension */
+				o->format = REPORT_TEXT;
+		}
+		if (o->format != REPORT_TEXT && o->format != REPORT_JSON)
+			argp_error(state, "census writes text or json (-o NAME.txt or NAME.json, or --format)");
 		if (o->exact) {
 			if (o->wait_major || o->duration_s > 0 || o->malloc || o->by_stack || o->max_tracked ||
 			    o->rate_given || o->executor || o->on.set)
 				argp_error(state, "--exact takes no --rate, --wait-major, --duration, --malloc, --by, "
 						  "--executor, --max-tracked or --on: it samples nothing");
-			if (!o->format_given && o->output && strcmp(o->output, "-")) {
-				o->format = format_of_name(o->output);
-				if (o->format == REPORT_MEMTRACE) /* no known extension */
-					o->format = REPORT_TEXT;
-			}
-			if (o->format != REPORT_TEXT && o->format != REPORT_JSON)
-				argp_error(state, "--exact writes text or json (-o NAME.txt or NAME.json, or --format)");
 			return;
 		}
 		if (o->max_pause_s > 0 || o->max_wait_s > 0)
@@ -241,8 +241,8 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 		if (o->on.set && o->wait_major)
 			argp_error(state, "--on ends the census at its trigger: give no --wait-major (--duration: the "
 					  "longest wait)");
-		if (o->value || o->live || o->no_census || o->format_given)
-			argp_error(state, "--live, --value, --format and --no-census are record options");
+		if (o->value || o->live || o->no_census)
+			argp_error(state, "--live, --value and --no-census are record options");
 		/* default: the next completed major cycle */
 		if (!o->wait_major && !(o->duration_s > 0) && !o->on.set)
 			o->wait_major = 1;

@@ -260,8 +260,9 @@ static int run_plan(struct run *r)
 		elf_image_symbol(t->img, "caml_natdynlink_run") || !elf_image_has_symtab(t->img) ? 0 : 4096;
 	r->meta.census_on = r->cfg.census && t->rt.census_ok;
 	r->meta.census_off_why = o->no_census ? "--no-census" : t->rt.census_ok ? NULL : t->rt.census_why;
-	if (o->census && !r->meta.census_on) {
-		snprintf(r->msg, sizeof(r->msg), "cannot take a census of PID %d: %s", t->pid, r->meta.census_off_why);
+	if ((o->census || o->on.set) && !r->meta.census_on) {
+		snprintf(r->msg, sizeof(r->msg), "cannot take a census of PID %d%s: %s", t->pid,
+			 o->on.set ? " (--on)" : "", r->meta.census_off_why);
 		return -ENOTSUP;
 	}
 	r->meta.executor = record_executor_name(r->ex);
@@ -510,7 +511,7 @@ static void run_detach(struct run *r)
 	sampler_stop_sampling(r->smp, t->pid);
 	/* the resident set now if the target still lives (not killed for memory), else its last reading */
 	record_fill_resident(m, in, !in->exec && !(in->watch.kind && !strcmp(in->watch.kind, "oom")) &&
-				    record_read_resident(in) == 0);
+				    record_read_resident(in) == 0, "the end", 0);
 	m->budget = record_budget_describe(in, NULL);
 	record_window_finish(in, now_s());
 	t_detach = now_s();
@@ -641,8 +642,9 @@ static void run_finish_report(struct run *r)
 	} else {
 		r->exit_code = 0;
 		if (o->output && strcmp(o->output, "-"))
-			record_say("camlheap: %llu samples; report written to %s\n",
-				(unsigned long long)r->prof->samples, o->output);
+			record_say("camlheap: %llu samples; %s written to %s%s%s%s\n", (unsigned long long)r->prof->samples,
+				   o->census ? "census" : "report", o->output, r->meta.trigger ? " (trigger: " : "",
+				   r->meta.trigger ? r->intake.watch.kind : "", r->meta.trigger ? ")" : "");
 	}
 }
 

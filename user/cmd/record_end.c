@@ -117,6 +117,10 @@ void record_census_on_fired(struct intake *in)
 	char tag[16];
 
 	snprintf(tag, sizeof(tag), "-%s", in->watch.kind);
+	/* the resident breakdown of that moment, once for both files (the OOM
+	 * reaper empties a process the OOM killer chose: its last reading) */
+	in->trigger_s = now_s();
+	in->res_at_trigger = strcmp(in->watch.kind, "oom") && record_read_resident(in) == 0;
 	in->meta->trigger = in->watch.what; /* the files' header, not the recording's */
 	record_write_periodic(in, tag, "snapshot while recording: census-on's trigger fired");
 	in->meta->trigger = NULL;

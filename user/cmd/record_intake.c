@@ -111,9 +111,10 @@ void record_on_plugin(void *ctx, const struct module *m)
 
 /* The resident-memory part of the report's header, from the intake's
  * latest reading (`now_ok`: it was taken just now). */
-void record_fill_resident(struct report_meta *meta, struct intake *intake, bool now_ok)
+void record_fill_resident(struct report_meta *meta, struct intake *intake, bool now_ok, const char *moment,
+			  double at_s)
 {
-	static char when[64];
+	static char when[96];
 
 	if (!intake->res_valid)
 		return;
@@ -127,9 +128,10 @@ void record_fill_resident(struct report_meta *meta, struct intake *intake, bool 
 	if (intake->libc_warning[0])
 		meta->warning = intake->libc_warning;
 	if (now_ok)
-		snprintf(when, sizeof(when), "read at the end");
+		snprintf(when, sizeof(when), "read at %s", moment);
 	else
-		snprintf(when, sizeof(when), "last read %.1f s before the end", now_s() - intake->res.at_s);
+		snprintf(when, sizeof(when), "last read %.1f s before %s", (at_s ? at_s : now_s()) - intake->res.at_s,
+			 moment);
 	meta->rss_when = when;
 }
 
@@ -234,7 +236,11 @@ static void snapshot_meta(struct intake *in, struct report_meta *m, const char *
 		sampler_counters(in->smp, m->counters);
 	m->cpu_s = record_self_cpu_s(&m->max_rss_mib);
 	m->budget = record_budget_describe(in, NULL);
-	record_fill_resident(m, in, true);
+	if (!in->meta->trigger)
+		record_fill_resident(m, in, false, "this profile was written", 0);
+	else /* record_census_on_fired read it, but at an OOM kill */
+		record_fill_resident(m, in, in->res_at_trigger,
+				     strcmp(in->watch.kind, "oom") ? "the trigger" : "the OOM kill was seen", in->trigger_s);
 	if (in->px) {
 		struct ptexec_stats ps;
 
@@ -669,11 +675,6 @@ void record_until_stop(const struct record_opts *o, struct target *t, struct sam
 		};
 		int timeout = intake->budget_sps > 0 ? 20 : o->on.set ? 50 : 100; /* census_on.c reads the RSS at 50 ms */
 
-		/* Without a pidfd (fd limit, seccomp) exits are seen by polling. */
-		if (pidfd < 0 && target_gone(t)) {
-			describe_gone(smp, t->pid, reason, len);
-			break;
-		}
 		if (intake->top) {
 			double due = top_next_refresh(intake->top) - now_s();
 
@@ -695,6 +696,12 @@ void record_until_stop(const struct record_opts *o, struct target *t, struct sam
 				intake->meta->trigger = intake->watch.what;
 				break;
 			}
+		}
+		/* Without a pidfd (fd limit, seccomp) exits are seen by polling;
+		 * after the triggers, as with a pidfd below */
+		if (pidfd < 0 && target_gone(t)) {
+			describe_gone(smp, t->pid, reason, len);
+			break;
 		}
 		if (intake->top) {
 			if ((fds[5].revents & POLLIN) && top_keys(intake->top)) {

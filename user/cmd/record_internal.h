@@ -45,6 +45,8 @@ struct intake {
 	bool libc_checked;
 	char libc_warning[8400];  /* set if the program loaded another libc */
 	bool res_valid;
+	bool res_at_trigger;    /* census-on: the reading was taken when the trigger fired (trigger_s) */
+	double trigger_s;       /* census-on: now_s() of the last trigger */
 	double next_res;
 	/* set before the intake loop: what snapshots need */
 	struct target *t;
@@ -155,9 +157,12 @@ void record_on_event(void *ctx, const struct ch_sample_event *ev, size_t size);
  * descriptors into the unwinder's runtime-address map. */
 void record_on_plugin(void *ctx, const struct module *m);
 
-/* The report header's resident-memory figures from the latest reading
- * (`now_ok`: it was taken just now). */
-void record_fill_resident(struct report_meta *meta, struct intake *intake, bool now_ok);
+/* The report header's resident-memory figures from the latest reading:
+ * "read at MOMENT" if `now_ok` (it was taken then), else "last read N s
+ * before MOMENT" (`moment`: "the end", "the trigger", ...; `at_s` its
+ * now_s() time, 0: now). */
+void record_fill_resident(struct report_meta *meta, struct intake *intake, bool now_ok, const char *moment,
+			  double at_s);
 
 /* camlheap's own CPU time (user + system), seconds; its peak RSS in MiB
  * into *max_rss_mib if not NULL. */

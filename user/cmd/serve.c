@@ -234,7 +234,7 @@ static void reload(void)
 			kill(w->wpid, SIGTERM);
 		} else if (reload_changes(w, t, what, sizeof(what))) {
 			slog(LOG_INFO, "reload: target %s, PID %d: %s; its worker is restarted, as a worker's rate, "
-				       "probes, executor, stack depth and output directory are set when it attaches "
+				       "probes, executor, stack depth, census-on triggers and output directory are set when it attaches "
 				       "(its files so far end with a -final pair in %s)",
 			     w->target, w->pid, what, w->dir);
 			w->detached = true;

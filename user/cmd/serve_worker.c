@@ -565,12 +565,29 @@ struct ofile {
 	char *path;
 	time_t mtime;
 	off_t size;
+	bool trigger;   /* a census-on file (trigger_file) */
 };
 
+/* A file written at a census-on trigger: census-STAMP-KIND.txt or
+ * heap-STAMP-KIND.pb.gz, KIND oom, rss or pressure (record_census_on_fired). */
+static bool trigger_file(const char *name)
+{
+	static const char *const kinds[] = { "-oom.", "-rss.", "-pressure." };
+
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (strstr(name, kinds[i]))
+			return true;
+	return false;
+}
+
+/* keep-bytes' order: the periodic files before the trigger files, each
+ * oldest first */
 static int ofile_cmp_mtime(const void *a, const void *b)
 {
 	const struct ofile *x = a, *y = b;
 
+	if (x->trigger != y->trigger)
+		return x->trigger ? 1 : -1;
 	return x->mtime < y->mtime ? -1 : x->mtime > y->mtime ? 1 : strcmp(x->path, y->path);
 }
 
@@ -587,23 +604,28 @@ static bool dir_is_active(const char *dir)
 	return false;
 }
 
-/* In one process directory: keep the newest `keep` files of each type
- * (heap-*, census-*; names sort by time). */
+/* A process directory trimmed to the newest `keep` files of each type:
+ * heap and census profiles, the periodic ones (and the final pair) and
+ * those of census-on triggers counted apart, so that a trigger's pair
+ * outlives `keep` intervals of periodic ones.  Names sort by time
+ * (STAMP). */
 static void keep_newest(const char *dir)
 {
 	static const char *const prefixes[] = { "heap-", "census-" };
 	DIR *d = opendir(dir);
 	struct dirent *e;
-	GPtrArray *names[2] = { g_ptr_array_new_with_free_func(g_free), g_ptr_array_new_with_free_func(g_free) };
+	GPtrArray *names[4];
 
+	for (int i = 0; i < 4; i++)
+		names[i] = g_ptr_array_new_with_free_func(g_free);
 	if (!d)
 		goto out;
 	while ((e = readdir(d)))
 		for (int i = 0; i < 2; i++)
 			if (!strncmp(e->d_name, prefixes[i], strlen(prefixes[i])))
-				g_ptr_array_add(names[i], g_strdup(e->d_name));
+				g_ptr_array_add(names[2 * i + trigger_file(e->d_name)], g_strdup(e->d_name));
 	closedir(d);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 4; i++) {
 		qsort(names[i]->pdata, names[i]->len, sizeof(char *), str_cmp);
 		for (guint j = 0; j + S.cfg.keep < names[i]->len; j++) {
 			char path[PATH_MAX];
@@ -613,13 +635,14 @@ static void keep_newest(const char *dir)
 		}
 	}
 out:
-	g_ptr_array_free(names[0], TRUE);
-	g_ptr_array_free(names[1], TRUE);
+	for (int i = 0; i < 4; i++)
+		g_ptr_array_free(names[i], TRUE);
 }
 
 /* Every process directory trimmed to `keep`, then the whole output
- * directory to `keep-bytes`, oldest files first; directories of ended
- * processes left empty are removed. */
+ * directory to `keep-bytes`, oldest files first (the periodic ones before
+ * any census-on trigger's); directories of ended processes left empty are
+ * removed. */
 void retention(void)
 {
 	GArray *files = g_array_new(FALSE, FALSE, sizeof(struct ofile));
@@ -664,6 +687,7 @@ void retention(void)
 			f.path = path;
 			f.mtime = st.st_mtime;
 			f.size = st.st_size;
+			f.trigger = trigger_file(e->d_name);
 			total += (uint64_t)st.st_size;
 			g_array_append_val(files, f);
 		}

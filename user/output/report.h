@@ -145,7 +145,8 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 
 /* Render `p` in `format` (text: the record report, ranked by m->value;
  * collapsed and svg: bytes by m->value; pprof; json), or the census report
- * with `census`: the one dispatch `record`, `census` and `report` share.
+ * with `census` (in JSON: the json above, its census and live figures
+ * included): the one dispatch `record`, `census` and `report` share.
  * Returns 0 or -errno. */
 int report_render(FILE *out, enum report_format format, bool census, const struct profile *p,
 		  const struct report_meta *m, struct modules *mods);
