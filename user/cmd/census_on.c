@@ -404,9 +404,9 @@ bool census_watch_check(struct census_watch *w, const struct sampler *smp, short
 		if (w->psi_fd >= 0)
 			psi_note(w, now);
 		if (on->rss_bytes && w->rss_bytes >= on->rss_bytes && w->rss_armed && now >= w->rss_quiet_until) {
-			w->kind = "rss";
 			char sz[32];
 
+			w->kind = "rss";
 			snprintf(w->what, sizeof(w->what), "RSS trigger: the target's RSS reached %.1f MiB (rss=%s)",
 				 mib(w->rss_bytes), size_said(on->rss_bytes, sz, sizeof(sz)));
 			w->fired = true;
