@@ -85,7 +85,8 @@ section oom_v2 $crc /tmp/ol.out /tmp/ce.err /tmp/oom.txt
 # memory: PSI of the unit's group)
 unit stall 167772160 67108864
 leaker $u /tmp/pl.out n=8 step=2 idle
-$CH census -p $t --rate 1e-4 --by stack --on pressure=10 -o /tmp/pr.txt >/dev/null 2>/tmp/pe.err &
+# (--duration: a trigger that never fires fails the case, not the VM)
+$CH census -p $t --rate 1e-4 --by stack --on pressure=10 --duration 300 -o /tmp/pr.txt >/dev/null 2>/tmp/pe.err &
 c=$!
 wait_for /tmp/pe.err "the census will be written when" 300 || echo "@@PRESSURE camlheap never watching"
 echo go >&3

@@ -60,6 +60,12 @@ timeit() {
 	awk -v s="$s" -v e="$e" -v rc=$rc 'BEGIN { printf "%d rc=%d", (e - s) * 1000000, rc }'
 }
 
+# alive PID: the process runs (a child that ended and is not reaped yet is a
+# zombie: kill -0 would still succeed)
+alive() {
+	[ -r /proc/$1/status ] && ! grep -q "^State:[[:space:]]*Z" /proc/$1/status
+}
+
 # kill9 TAG EXECUTOR RATE STEP_US N KILLALL CMD...: camlheap attached to CMD
 # (run in the background) with EXECUTOR at RATE, killed with -9 (every other
 # time together with its probe holder, `killall`, when KILLALL is 1): in odd
@@ -67,7 +73,7 @@ timeit() {
 # rule), in even runs i * STEP_US after it said it was recording (its
 # executor at work); then CMD alone. "@@TAG i rc=.. md5=.. attached=0|1" of
 # each run's status and output and whether camlheap had said it was
-# recording when killed, and "@@TAG ref rc=.. md5=.." of CMD alone
+# recording and still ran when killed, and "@@TAG ref rc=.. md5=.." of CMD alone
 kill9() {
 	tag=$1 ex=$2 rate=$3 step=$4 n=$5 all=$6
 	shift 6
@@ -80,14 +86,14 @@ kill9() {
 		c=$!
 		if [ $((i % 2)) = 0 ]; then
 			j=0
-			until grep -q "recording PID" /tmp/kerr || ! kill -0 $c 2>/dev/null || [ $j -gt 1200 ]; do
+			until grep -q "recording PID" /tmp/kerr || ! alive $c || [ $j -gt 1200 ]; do
 				usleep 50000
 				j=$((j + 1))
 			done
 		fi
 		usleep $((i * step))
 		attached=0
-		grep -q "recording PID" /tmp/kerr && attached=1
+		grep -q "recording PID" /tmp/kerr && alive $c && attached=1
 		if [ $all = 1 ] && [ $((i % 2)) = 0 ]; then killall -9 camlheap; else kill -9 $c; fi
 		wait $t
 		rc=$?

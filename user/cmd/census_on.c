@@ -42,7 +42,6 @@ int census_on_parse(const char *spec, struct census_on *on, char *err, size_t er
 {
 	char buf[sizeof(on->spec)], *save = NULL, *tok;
 	bool pressure = false;
-
 	size_t n = 0;
 
 	*on = (struct census_on){ .set = true };
@@ -226,19 +225,21 @@ static const char *size_said(uint64_t bytes, char *buf, size_t len)
  * the whole system's. */
 static int watch_pressure(struct census_watch *w, double pct, char *err, size_t errlen)
 {
-	char req[64], dir[512], updir[520];
+	char req[64], dir[512];
 	unsigned stall = (unsigned)(pct / 100.0 * PSI_WINDOW_US);
-	struct stat here, up;
+	struct stat here;
 
 	if (cgroup_file(w->pid, NULL, "memory.pressure", w->psi_path, sizeof(w->psi_path)) < 0) {
 		snprintf(w->psi_why, sizeof(w->psi_why), "the target is in no cgroup v2 group with a memory.pressure");
 	} else {
-		/* the hierarchy's root group (its directory is a mount point):
-		 * its pressure is every task's */
+		/* the hierarchy's root group, whose pressure is every task's
+		 * (kernel/cgroup/cgroup.c cgroup_psi: psi_system): kernfs gives
+		 * the root directory inode 1 (fs/kernfs/dir.c, the root's id);
+		 * a container's top group (cgroup namespace, a bind-mounted
+		 * subtree) is mounted there too but has another */
 		snprintf(dir, sizeof(dir), "%s", w->psi_path);
 		*strrchr(dir, '/') = 0;
-		snprintf(updir, sizeof(updir), "%s/..", dir);
-		if (stat(dir, &here) == 0 && stat(updir, &up) == 0 && here.st_dev != up.st_dev)
+		if (stat(dir, &here) == 0 && here.st_ino == 1)
 			snprintf(w->psi_why, sizeof(w->psi_why), "the target's cgroup v2 group is the root, %s", dir);
 		else if ((w->psi_fd = open(w->psi_path, O_RDWR | O_NONBLOCK | O_CLOEXEC)) < 0)
 			/* read-only (systemd's ProtectControlGroups=), ... */
@@ -253,7 +254,7 @@ static int watch_pressure(struct census_watch *w, double pct, char *err, size_t 
 	if (w->psi_fd < 0) {
 		int e = errno;
 
-		snprintf(err, errlen, "--on pressure: cannot open %s: %s%s (the system's: %s)", w->psi_path, strerror(e),
+		snprintf(err, errlen, "--on pressure: cannot open %s: %s%s (tried because %s)", w->psi_path, strerror(e),
 			 e == ENOENT ? " (this kernel has no PSI: it needs CONFIG_PSI, and psi=1 where it is "
 				       "off by default)" : "", w->psi_why);
 		return -e;

@@ -45,8 +45,9 @@ struct census_on {
 
 /* Parse "oom", "pressure", "pressure=PCT" (0 < PCT <= 100) and
  * "rss=SIZE" (SIZE >= 4K: parse_size's, a number with an optional K, M, G
- * or T and B), comma-separated (blanks ignored, empty items skipped), each
- * at most once, into *on.
+ * or T and B), comma-separated (blanks around ',' and '=' ignored, one
+ * between words kept, so "oom rss=1G" is refused; empty items skipped),
+ * each at most once, into *on.
  * Returns 0, or -EINVAL with err set ("unknown trigger 'x': ..."). */
 int census_on_parse(const char *spec, struct census_on *on, char *err, size_t errlen);
 

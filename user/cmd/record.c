@@ -260,7 +260,8 @@ static int run_plan(struct run *r)
 		elf_image_symbol(t->img, "caml_natdynlink_run") || !elf_image_has_symtab(t->img) ? 0 : 4096;
 	r->meta.census_on = r->cfg.census && t->rt.census_ok;
 	r->meta.census_off_why = o->no_census ? "--no-census" : t->rt.census_ok ? NULL : t->rt.census_why;
-	if ((o->census || o->on.set) && !r->meta.census_on) {
+	/* a serve worker records on (its triggers then write the heap profile alone) */
+	if ((o->census || (o->on.set && !o->serve)) && !r->meta.census_on) {
 		snprintf(r->msg, sizeof(r->msg), "cannot take a census of PID %d%s: %s", t->pid,
 			 o->on.set ? " (--on)" : "", r->meta.census_off_why);
 		return -ENOTSUP;

@@ -19,7 +19,8 @@ systemctl start camlheap.service
 echo "@@SERVE_START rc=$? $(systemctl is-active camlheap.service)"
 mkfifo /run/oomleak.go
 systemctl start --no-block oomleak.service
-exec 3>/run/oomleak.go
+# read-write: never blocks, whether or not the service opened its end
+exec 3<>/run/oomleak.go
 pid=$(systemctl show -p MainPID --value oomleak.service)
 echo "@@LEAK_PID $pid"
 journal_wait "recording PID $pid" 300 || echo "@@NEVER_RECORDING"
