@@ -15,6 +15,7 @@
 
 #include "cmd/options_internal.h"
 #include "collect/sampler.h"
+#include "output/report_names.h"
 #include "target/proc.h"
 
 #define PSI_WINDOW_US 2000000u /* the PSI trigger's window: 2 s (psi.rst: 0.5 to 10 s; a multiple of 2 s without CAP_SYS_RESOURCE) */
@@ -208,19 +209,6 @@ static double mib(uint64_t bytes)
 	return (double)bytes / 1048576.0;
 }
 
-/* rss=SIZE as said back: KiB below 1 MiB, GiB from 1 GiB (the readings
- * stay in MiB, to compare) */
-static const char *size_said(uint64_t bytes, char *buf, size_t len)
-{
-	if (bytes < (1u << 20))
-		snprintf(buf, len, "%.1f KiB", (double)bytes / 1024.0);
-	else if (bytes < (1u << 30))
-		snprintf(buf, len, "%.1f MiB", mib(bytes));
-	else
-		snprintf(buf, len, "%.2f GiB", (double)bytes / 1073741824.0);
-	return buf;
-}
-
 /* pressure: a PSI trigger on the target's cgroup's memory.pressure, else
  * the whole system's. */
 static int watch_pressure(struct census_watch *w, double pct, char *err, size_t errlen)
@@ -308,7 +296,7 @@ int census_watch_start(struct census_watch *w, const struct census_on *on, pid_t
 	if (on->rss_bytes && n < len)
 		n += (size_t)snprintf(msg + n, len - n, "%s its RSS reaches %s (now %.1f MiB%s)",
 				      on->oom || on->pressure_pct > 0 ? ", or when" : "",
-				      size_said(on->rss_bytes, sz, sizeof(sz)),
+				      report_format_bytes((double)on->rss_bytes, sz, sizeof(sz)),
 				      mib(w->rss_bytes), w->rss_armed ? "" : ": above already, so it must fall below first");
 	if (n < len)
 		snprintf(msg + n, len - n, "%s", serve ? "; a census at each trigger" : "; Ctrl-C ends it with no census");
@@ -409,7 +397,7 @@ bool census_watch_check(struct census_watch *w, const struct sampler *smp, short
 
 			w->kind = "rss";
 			snprintf(w->what, sizeof(w->what), "RSS trigger: the target's RSS reached %.1f MiB (rss=%s)",
-				 mib(w->rss_bytes), size_said(on->rss_bytes, sz, sizeof(sz)));
+				 mib(w->rss_bytes), report_format_bytes((double)on->rss_bytes, sz, sizeof(sz)));
 			w->fired = true;
 		}
 		w->rss_armed = w->rss_armed || w->rss_bytes < on->rss_bytes;
