@@ -623,6 +623,7 @@ static void run_finish_recording(struct run *r)
 	FILE *af = also && *also ? fopen(also, "we") : NULL;
 
 	if (af) {
+		recording_profile_as_read(in->rec, &r->meta, r->prof);
 		report_render(af, REPORT_TEXT, false, r->prof, &r->meta, &r->t.mods);
 		fclose(af);
 	}

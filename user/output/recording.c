@@ -109,6 +109,15 @@ static uint64_t to_us(const struct recording *rc, uint64_t mono_ns)
 	return real > 0 ? (uint64_t)real / 1000 : 0;
 }
 
+void recording_profile_as_read(const struct recording *rc, const struct report_meta *m, struct profile *p)
+{
+	if (m->start_unix_ns <= 0)
+		return;
+	p->zero_ns = (uint64_t)(m->start_unix_ns / 1000 * 1000 - rc->mono_to_real_ns);
+	if (p->peak_ns)
+		p->peak_ns = (uint64_t)((int64_t)to_us(rc, p->peak_ns) * 1000 - rc->mono_to_real_ns);
+}
+
 static void note_err(struct recording *rc, int ret)
 {
 	if (ret < 0 && !rc->err)

@@ -65,6 +65,15 @@ int recording_finish(struct recording *rc, const struct report_meta *m, const st
 int recording_write(struct recording *rc, const char *path, const struct report_meta *m, const struct profile *p,
 		    struct modules *mods);
 
+/* Move the profile's time zero and peak time (profile.h zero_ns,
+ * peak_ns; CLOCK_MONOTONIC ns) to this file's microsecond clock: the zero
+ * to m->start_unix_ns floored to us (recording_load's zero), the peak to
+ * the us the file gives its event.  The text report of `p` then prints
+ * the peak time `camlheap report FILE` prints, to the digit (the run's
+ * nanoseconds could round the other way across a 10 ms boundary).  For
+ * the CAMLHEAP_ALSO_TEXT comparison; nothing when m->start_unix_ns <= 0. */
+void recording_profile_as_read(const struct recording *rc, const struct report_meta *m, struct profile *p);
+
 /* Bytes of events written so far (the body, without the packet being
  * filled). */
 uint64_t recording_bytes(const struct recording *rc);
