@@ -206,18 +206,8 @@ RETAIN = {  # the fixture's mode: the group that must retain its structure
 
 
 def _retain(mode, n=20000):
-    p = subprocess.Popen([chtest.fixture("retain"), mode, "n=%d" % n], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    line = p.stdout.readline().decode()
-    assert "TRUTH words=" in line, (line, p.stderr.read())
-    try:
-        r, out = _exact(p.pid, ["--retainers"])
-        assert r.returncode == 0, r.stderr
-        d = json.load(open(out))
-        _end(p)
-    finally:
-        p.kill()
-    return int(line.split("words=")[1]), d
+    truths, d, _ = _retain_line(mode, n, text=False)
+    return truths["words"], d
 
 
 def _check_retained_by(mode):
@@ -235,6 +225,13 @@ def _check_retained_by(mode):
     assert sum(t.get("reachable_words", 0) for t in d["by_tag"]) == r["reachable"]["words"]
     if mode == "ephemeron":  # held while its key lives, but by no strong root
         assert groups["global Retain"]["retained"]["words"] < 1000, groups["global Retain"]
+    if mode == "closure":  # the field: the ref (2 words) and the closure with what it captured
+        src = open(os.path.join(os.path.dirname(__file__), "fixtures", "retain.ml")).read().splitlines()
+        line = [k + 1 for k, ln in enumerate(src) if "closure := (fun" in ln][0]
+        f = groups[RETAIN[mode]]["fields"][0]
+        assert f["retained"]["words"] == truth + 2, (f, truth)
+        assert f["shape"].startswith("ref to closure Retain.fun capturing 1 value, defined at ") and \
+            f["shape"].endswith("retain.ml:%d" % line), (f, line)
     if mode in ("stack", "thread"):  # the frame's live slots, read exactly: no conservative group holds it
         assert all(not g["conservative"] or g["retained"]["words"] < 1000 for g in r["groups"]), r["groups"]
 
@@ -261,6 +258,70 @@ def test_retainers_c_global_root():
 
 def test_retainers_ephemeron_data_is_not_retained_strongly():
     _check_retained_by("ephemeron")
+
+
+def _retain_line(mode, n, text=True):
+    """The fixture in `mode` traced with --retainers: its READY line's
+    numbers (words= and the containers' own), the JSON, and (text) the
+    text census."""
+    p = subprocess.Popen([chtest.fixture("retain"), mode, "n=%d" % n], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = p.stdout.readline().decode()
+    assert "TRUTH words=" in line, (line, p.stderr.read())
+    try:
+        r, out = _exact(p.pid, ["--retainers"])
+        assert r.returncode == 0, r.stderr
+        d = json.load(open(out))
+        if text:
+            r, txt = _exact(p.pid, ["--retainers"], out_name="heap.txt")
+            assert r.returncode == 0, r.stderr
+        _end(p)
+    finally:
+        p.kill()
+    truths = {k: int(v) for k, v in (w.split("=") for w in line.split("TRUTH ")[1].split())}
+    return truths, d, open(txt).read() if text else None
+
+
+def test_retainers_fields_retain_their_structure_and_name_the_stdlib_containers():
+    # one global field a structure: each field retains exactly the words
+    # reachable from it (Obj.reachable_words, the program's own count), and
+    # is named by its shape; the module's group holds at least their sum
+    n = 3000
+    truths, d, text = _retain_line("containers", n)
+    g = [g for g in d["retainers"]["groups"] if g["name"] == "global Retain"][0]
+    fields = g.get("fields", [])
+    want = {  # the container: its field (its place among the module's top-level values, from 0:
+        # n, given, table, closure, key, eph, queue...; the external takes none), its shape's start
+        "queue": (6, "Queue.t (by its shape): %d elements" % n),
+        "stack": (7, "Stack.t (by its shape): %d elements" % n),
+        "buffer": (8, "Buffer.t (by its shape): %d bytes used of " % (8 * n)),
+        "map": (9, "ref to Map.t (by its shape): a tree of height "),
+        "set": (10, "ref to Set.t (by its shape): a tree of height "),
+        "list": (11, "ref to list of more than 256 elements"),
+    }
+    for k, (field, shape) in want.items():
+        got = [f for f in fields if (f["shape"] or "").startswith(shape)]
+        assert len(got) == 1 and got[0]["field"] == field, (k, shape, [(f["field"], f["shape"]) for f in fields])
+        assert got[0]["retained"]["words"] == truths[k], (k, got[0], truths[k])
+    assert g["retained"]["words"] >= sum(truths[k] for k in want), g
+    assert sum(f["retained"]["words"] for f in fields) <= g["retained"]["words"]
+    # the text: under the group, its three largest fields with their shapes
+    lines = text.split("retained by root group")[1].splitlines()
+    i = [k for k, ln in enumerate(lines) if ln.split()[:2] == ["global", "Retain"]][0]
+    top = sorted(fields, key=lambda f: -f["retained"]["words"])[:3]
+    for k, f in enumerate(top):
+        ln = lines[i + 1 + k].split()
+        assert ln[:2] == ["field", str(f["field"])] and int(ln[2]) == f["retained"]["words"], lines[i:i + 4]
+        assert lines[i + 1 + k].endswith(f["shape"]), lines[i + 1 + k]
+
+
+def test_retainers_hashtbl_field_named_and_retaining_the_table():
+    n = 5000
+    truths, d, text = _retain_line("table", n)
+    g = [g for g in d["retainers"]["groups"] if g["name"] == "global Retain"][0]
+    f = g["fields"][0]
+    assert f["shape"].startswith("Hashtbl.t (by its shape): %d bindings in " % n), f
+    assert f["retained"]["words"] == truths["words"], (f, truths)
 
 
 def test_retainers_text_names_the_retaining_module():

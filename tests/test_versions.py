@@ -134,6 +134,7 @@ CHECKS4_EXTRA = [
     (_exact, "test_retainers_frame_of_another_thread"),
     (_exact, "test_retainers_c_global_root"),
     (_exact, "test_retainers_ephemeron_data_is_not_retained_strongly"),
+    (_exact, "test_retainers_fields_retain_their_structure_and_name_the_stdlib_containers"),
 ]
 
 for _name in RELEASES4:

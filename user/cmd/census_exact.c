@@ -22,6 +22,7 @@
 #include "heap/walk4.h"
 #include "output/jsonw.h"
 #include "output/outfile.h"
+#include "target/modules.h"
 #include "target/releases.h"
 #include "target/target.h"
 
@@ -83,11 +84,78 @@ static int cmp_group_retained(const void *a, const void *b)
 	return x->retained.words < y->retained.words ? 1 : x->retained.words > y->retained.words ? -1 : 0;
 }
 
-/* What keeps the heap alive: the root groups by what they alone retain. */
+/* The closures the fields' shapes name, given the source line of their
+ * code (DWARF or the symbol: modules.h), the target running again. */
+static void closures_located(struct target *t, struct trace4_result *r)
+{
+	struct sym_frame fr[8];
+
+	for (unsigned i = 0; i < r->nfields; i++) {
+		struct trace4_field *f = &r->fields[i];
+		size_t n = strlen(f->shape);
+		int k;
+
+		if (!f->code)
+			continue;
+		k = modules_lookup(&t->mods, f->code + 1, 0, fr, 8) - 1; /* + 1: the lookup takes a return address */
+		if (fr[k].file && (fr[k].start_line || fr[k].line))
+			snprintf(f->shape + n, sizeof(f->shape) - n, ", defined at %s:%d", fr[k].file,
+				 fr[k].start_line ? fr[k].start_line : fr[k].line);
+	}
+}
+
+static int cmp_field_retained(const void *a, const void *b)
+{
+	const struct trace4_field *x = *(const struct trace4_field *const *)a, *y = *(const struct trace4_field *const *)b;
+
+	return x->retained.words < y->retained.words ? 1 : x->retained.words > y->retained.words ? -1 : 0;
+}
+
+/* The fields of group `gi` (an index into r->groups) that retain blocks,
+ * those retaining the most first, into by (r->nfields entries); their
+ * number. */
+static unsigned group_fields(const struct trace4_result *r, unsigned gi, const struct trace4_field **by)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < r->nfields; i++)
+		if (r->fields[i].group == gi && r->fields[i].retained.blocks)
+			by[n++] = &r->fields[i];
+	qsort(by, n, sizeof(*by), cmp_field_retained);
+	return n;
+}
+
+static void field_name(const struct trace4_field *fl, char *buf, size_t len)
+{
+	if (fl->block)
+		snprintf(buf, len, "field %u of global block %u", fl->field, fl->block);
+	else
+		snprintf(buf, len, "field %u", fl->field);
+}
+
+/* Under a module's group, the fields retaining the most (at most 3), of
+ * those retaining 1 % of the reachable words or more. */
+static void render_fields(FILE *f, const struct trace4_result *r, const struct trace4_group *g,
+			  const struct trace4_field **by)
+{
+	unsigned n = 100 * g->retained.words >= r->reachable.words ? group_fields(r, (unsigned)(g - r->groups), by) : 0;
+	char name[64];
+
+	for (unsigned i = 0; i < n && i < 3 && 100 * by[i]->retained.words >= r->reachable.words; i++) {
+		field_name(by[i], name, sizeof(name));
+		fprintf(f, "      %-46.46s %12llu %9.1f %10llu %8s  %s\n", name, (unsigned long long)by[i]->retained.words,
+			mib(by[i]->retained.words), (unsigned long long)by[i]->retained.blocks, "",
+			by[i]->shape[0] ? by[i]->shape : "");
+	}
+}
+
+/* What keeps the heap alive: the root groups by what they alone retain,
+ * under a module's group the fields that retain the most alone. */
 static void render_retainers(FILE *f, const struct exact_run *x, int top)
 {
 	const struct trace4_result *r = x->tr;
 	const struct trace4_group *g[TRACE4_MAX_GROUPS];
+	const struct trace4_field **by = malloc(r->nfields * sizeof(*by) + 1);
 	uint64_t live = x->c.live_words, reach = r->reachable.words;
 	unsigned n = 0, shown = 0;
 
@@ -101,10 +169,14 @@ static void render_retainers(FILE *f, const struct exact_run *x, int top)
 		(unsigned long long)(live > reach ? live - reach : 0), mib(live > reach ? live - reach : 0));
 	fprintf(f, "\nretained by root group (what the GC would free without that group's roots; ~ scanned "
 		   "conservatively)\n  %-50s %12s %9s %10s %8s\n", "ROOT GROUP", "WORDS", "MiB", "BLOCKS", "ROOTS");
-	for (unsigned i = 0; i < n && (!top || (int)shown < top); i++, shown++)
+	for (unsigned i = 0; i < n && (!top || (int)shown < top); i++, shown++) {
 		fprintf(f, "%s %-50.50s %12llu %9.1f %10llu %8llu\n", g[i]->conservative ? "~" : " ", g[i]->name,
 			(unsigned long long)g[i]->retained.words, mib(g[i]->retained.words),
 			(unsigned long long)g[i]->retained.blocks, (unsigned long long)g[i]->roots);
+		if (by)
+			render_fields(f, r, g[i], by);
+	}
+	free(by);
 	if (n > shown) {
 		uint64_t w = 0;
 
@@ -222,6 +294,30 @@ static void json_count_member(JsonBuilder *jb, const char *name, const struct wa
 	json_builder_end_object(jb);
 }
 
+/* A module group's fields retaining blocks alone, the most first. */
+static void json_fields(JsonBuilder *jb, const struct trace4_result *r, unsigned gi)
+{
+	const struct trace4_field **by = malloc(r->nfields * sizeof(*by) + 1);
+	unsigned n = by ? group_fields(r, gi, by) : 0;
+
+	if (!n) {
+		free(by);
+		return;
+	}
+	json_builder_set_member_name(jb, "fields");
+	json_builder_begin_array(jb);
+	for (unsigned i = 0; i < n; i++) {
+		json_builder_begin_object(jb);
+		json_member_int(jb, "block", by[i]->block);
+		json_member_int(jb, "field", by[i]->field);
+		json_member_str(jb, "shape", by[i]->shape[0] ? by[i]->shape : NULL);
+		json_count_member(jb, "retained", &by[i]->retained);
+		json_builder_end_object(jb);
+	}
+	json_builder_end_array(jb);
+	free(by);
+}
+
 static void json_retainers(JsonBuilder *jb, const struct trace4_result *r)
 {
 	json_builder_set_member_name(jb, "retainers");
@@ -237,6 +333,7 @@ static void json_retainers(JsonBuilder *jb, const struct trace4_result *r)
 		json_builder_add_boolean_value(jb, r->groups[i].conservative);
 		json_member_int(jb, "roots", (int64_t)r->groups[i].roots);
 		json_count_member(jb, "retained", &r->groups[i].retained);
+		json_fields(jb, r, i);
 		json_builder_end_object(jb);
 	}
 	json_builder_end_array(jb);
@@ -461,6 +558,8 @@ int census_exact_run(const struct census_exact_opts *o)
 		target_release(&t);
 		return 1;
 	}
+	if (x.tr)
+		closures_located(&t, x.tr);
 	ret = write_output(o, &x);
 	if (ret < 0)
 		fprintf(stderr, "camlheap: cannot write %s: %s\n", o->output ? o->output : "stdout", strerror(-ret));

@@ -37,8 +37,10 @@ static void say_not_read(struct tracer *tr, const char *what)
 	snprintf(tr->r->not_read + n, sizeof(tr->r->not_read) - n, "%s%s", n ? "; " : "", what);
 }
 
-/* The fields of the static block v (a module's global data) as roots. */
-static int block_fields(struct tracer *tr, unsigned label, uint64_t v)
+/* The fields of the static block v (a module's global data) as roots;
+ * with block >= 0 (the block's place in its unit's list), each field into
+ * the major heap under a field label of its own (tracer_field). */
+static int block_fields(struct tracer *tr, unsigned label, uint64_t v, int block)
 {
 	uint64_t hd, f[512];
 
@@ -50,7 +52,8 @@ static int block_fields(struct tracer *tr, unsigned label, uint64_t v)
 		if (tracer_read(tr, v + 8 * i, f, 8 * n))
 			return -EFAULT;
 		for (uint64_t k = 0; k < n; k++)
-			tracer_root(tr, label, f[k], true);
+			tracer_root(tr, block < 0 ? label : tracer_field(tr, label, (uint32_t)block, (uint32_t)(i + k), f[k]),
+				    f[k], true);
 	}
 	return 0;
 }
@@ -122,7 +125,7 @@ static int module_globals(struct tracer *tr)
 				goto fault;
 			if (!v)
 				break;
-			if (block_fields(tr, label, v))
+			if (block_fields(tr, label, v, label == tr->more_modules ? -1 : (int)j))
 				goto fault;
 		}
 	}
@@ -157,7 +160,7 @@ static int dyn_globals(struct tracer *tr)
 				return -EFAULT;
 			if (!v)
 				break;
-			if (block_fields(tr, label, v))
+			if (block_fields(tr, label, v, -1))
 				return -EFAULT;
 		}
 	}

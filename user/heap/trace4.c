@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "camlheap.h"
+#include "heap/shape4.h"
 #include "target/proc.h"
 
 #define NO_SCAN_TAG 251        /* runtime/caml/mlvalues.h */
@@ -59,6 +60,31 @@ unsigned tracer_group(struct tracer *tr, const char *name, bool conservative)
 
 static int visit_static(struct tracer *tr, uint64_t v, uint16_t label);
 
+/* The group label a label counts for: itself, or a field's module. */
+static uint16_t owner(const struct trace4_result *r, uint16_t label)
+{
+	return label > TRACE4_MAX_GROUPS && label != LABEL_SHARED
+		       ? (uint16_t)(r->fields[label - TRACE4_MAX_GROUPS - 1].group + 1)
+		       : label;
+}
+
+/* The label a block gets when reached under `label`, or 0 if nothing
+ * changes: two fields of one module make it the module's, two groups
+ * "shared". */
+static uint16_t relabel(const struct trace4_result *r, uint16_t cur, uint16_t label)
+{
+	uint16_t o;
+
+	if (cur == 0)
+		return label;
+	if (cur == label || cur == LABEL_SHARED)
+		return 0;
+	o = owner(r, cur);
+	if (o != owner(r, label))
+		return LABEL_SHARED;
+	return o == cur ? 0 : o;
+}
+
 /* v (a live major block's first field, or with is_static a block in the
  * executable's data) is reached under `label`: into its line's list (a
  * static block is visited at once). */
@@ -67,12 +93,8 @@ static void push(struct tracer *tr, uint64_t v, const struct hx_chunk *c, uint16
 	uint64_t line;
 	uint32_t i;
 
-	if (!from) { /* nothing would change: not queued (a trace makes progress even when it overflows) */
-		uint16_t st = tr->hx->state[hx_block(tr->hx, v, NULL)];
-
-		if (st == label || st == LABEL_SHARED)
-			return;
-	}
+	if (!from && !relabel(tr->r, tr->hx->state[hx_block(tr->hx, v, NULL)], label))
+		return; /* nothing would change: not queued (a trace makes progress even when it overflows) */
 	if (from && tr->pending > WORK_CAP / 2 && tr->ndeferred < tr->deferred_cap) {
 		/* a large block's next fields wait until the pending items
 		 * drain: they never all wait at once */
@@ -147,18 +169,43 @@ void tracer_root(struct tracer *tr, unsigned label, uint64_t v, bool exact)
 
 	follow(tr, v, (uint16_t)label, exact);
 	if (tr->pending > before)
-		tr->r->groups[label - 1].roots++;
+		tr->r->groups[owner(tr->r, (uint16_t)label) - 1].roots++;
 }
 
-/* The label a block gets when reached under `label`, or 0 if nothing
- * changes. */
-static uint16_t relabel(uint16_t cur, uint16_t label)
+unsigned tracer_field(struct tracer *tr, unsigned label, uint32_t block, uint32_t field, uint64_t v)
 {
-	if (cur == 0)
+	struct trace4_result *r = tr->r;
+	const struct hx_chunk *c;
+	struct trace4_field *f;
+
+	if (label > TRACE4_MAX_GROUPS || r->nfields == TRACE4_MAX_FIELDS || !hx_is_block(tr->hx, v, &c))
 		return label;
-	if (cur == label || cur == LABEL_SHARED)
-		return 0;
-	return LABEL_SHARED;
+	f = &r->fields[r->nfields++];
+	f->group = label - 1;
+	f->block = block;
+	f->field = field;
+	f->value = v;
+	return TRACE4_MAX_GROUPS + r->nfields;
+}
+
+/* A block of whsize words counted (+1) or uncounted (-1) under `label`:
+ * in "shared", or in its group and (a field's) its field. */
+static void count_label(struct trace4_result *r, uint16_t label, uint64_t whsize, int sign)
+{
+	struct walk4_count *c[2] = { NULL, NULL };
+
+	if (label == LABEL_SHARED) {
+		c[0] = &r->shared;
+	} else {
+		if (label > TRACE4_MAX_GROUPS)
+			c[1] = &r->fields[label - TRACE4_MAX_GROUPS - 1].retained;
+		c[0] = &r->groups[owner(r, label) - 1].retained;
+	}
+	for (int k = 0; k < 2; k++)
+		if (c[k]) {
+			c[k]->blocks += (uint64_t)(int64_t)sign;
+			c[k]->words += (uint64_t)((int64_t)sign * (int64_t)whsize);
+		}
 }
 
 /* The accounts of a block of whsize words and `tag` going from label cur
@@ -170,17 +217,10 @@ static void account(struct trace4_result *r, uint16_t cur, uint16_t nw, uint64_t
 		r->reachable.words += whsize;
 		r->reach_by_tag[tag].blocks++;
 		r->reach_by_tag[tag].words += whsize;
-	} else if (cur != LABEL_SHARED) {
-		r->groups[cur - 1].retained.blocks--;
-		r->groups[cur - 1].retained.words -= whsize;
-	}
-	if (nw == LABEL_SHARED) {
-		r->shared.blocks++;
-		r->shared.words += whsize;
 	} else {
-		r->groups[nw - 1].retained.blocks++;
-		r->groups[nw - 1].retained.words += whsize;
+		count_label(r, cur, whsize, -1);
 	}
+	count_label(r, nw, whsize, 1);
 }
 
 /* Follow fields [from, from + RANGE_FIELDS) of block v of wosize fields
@@ -259,7 +299,7 @@ static int visit_static(struct tracer *tr, uint64_t v, uint16_t label)
 		tr->scount++;
 		tr->r->static_blocks++;
 	}
-	nw = relabel(tr->slabel[i], label);
+	nw = relabel(tr->r, tr->slabel[i], label);
 	if (!nw)
 		return 0;
 	tr->slabel[i] = nw;
@@ -328,7 +368,7 @@ static int process_line(struct tracer *tr, const struct hx_chunk *c, uint64_t li
 		uint32_t i = tr->head[line];
 		struct trace_item it = tr->work[i];
 		uint64_t b = (uint64_t)hx_block(tr->hx, it.v, NULL);
-		uint16_t cur = tr->hx->state[b], nw = relabel(cur, it.label);
+		uint16_t cur = tr->hx->state[b], nw = relabel(tr->r, cur, it.label);
 
 		tr->head[line] = it.next;
 		tr->work[i].next = tr->free_item;
@@ -551,6 +591,36 @@ static void free_lines(struct tracer *tr)
 	free(tr->lru_next);
 }
 
+static int cmp_field_retained(const void *a, const void *b)
+{
+	const struct trace4_field *x = *(const struct trace4_field *const *)a, *y = *(const struct trace4_field *const *)b;
+
+	return x->retained.words < y->retained.words ? 1 : x->retained.words > y->retained.words ? -1 : 0;
+}
+
+/* The TRACE4_SHAPES fields retaining the most, described while the
+ * target is still stopped. */
+static int describe_fields(struct tracer *tr)
+{
+	struct trace4_result *r = tr->r;
+	const struct trace4_field **by = malloc(r->nfields * sizeof(*by) + 1);
+	unsigned n = 0;
+
+	if (!by)
+		return -ENOMEM;
+	for (unsigned i = 0; i < r->nfields; i++)
+		if (r->fields[i].retained.words)
+			by[n++] = &r->fields[i];
+	qsort(by, n, sizeof(*by), cmp_field_retained);
+	for (unsigned i = 0; i < n && i < TRACE4_SHAPES; i++) {
+		struct trace4_field *f = &r->fields[by[i] - r->fields];
+
+		shape4_describe(tr->t, f->value, f->shape, sizeof(f->shape), &f->code);
+	}
+	free(by);
+	return 0;
+}
+
 int trace4_run(const struct target *t, const struct heap_freeze *fz, struct heap_index *hx, double deadline,
 	       struct trace4_result *r, char *err, size_t errlen)
 {
@@ -571,6 +641,8 @@ int trace4_run(const struct target *t, const struct heap_freeze *fz, struct heap
 		ret = ephemerons(&tr, deadline);
 	if (!ret)
 		ret = rescan(&tr, deadline);
+	if (!ret)
+		ret = describe_fields(&tr);
 	if (ret == -EFAULT)
 		snprintf(err, errlen, "cannot read the heap of PID %d while tracing it", (int)t->pid);
 	else if (ret == -ENOMEM)

@@ -15,11 +15,15 @@
  * heap").  Weak arrays and ephemerons (Abstract_tag in 4.x) hold nothing.
  *
  * The trace labels each block with the group that reached it, or "shared"
- * once a second group reaches it (each block is labelled at most twice,
- * its fields read each time): a group's retained blocks are those only it
- * reaches -- what the GC would free if that group's roots were gone, the
+ * once a second group reaches it: a group's retained blocks are those only
+ * it reaches -- what the GC would free if that group's roots were gone, the
  * dominator tree's answer for a root group (Lengauer and Tarjan 1979 would
- * give it for every block; here it is given for the groups only).
+ * give it for every block; here it is given for the groups only).  Within a
+ * module's group each field pointing into the major heap has a label of
+ * its own (trace4_field), so a block goes field -> module -> shared at most:
+ * labelled at most three times, its fields read each time.  The fields
+ * retaining the most are then described by their shape (heap/shape4.h),
+ * the target still stopped.
  */
 #ifndef CH_TRACE4_H
 #define CH_TRACE4_H
@@ -33,6 +37,8 @@
 #include "target/target.h"
 
 #define TRACE4_MAX_GROUPS 4096
+#define TRACE4_MAX_FIELDS 8192   /* module fields traced apart; further ones count for their module only */
+#define TRACE4_SHAPES 64         /* fields described, those retaining the most first */
 
 struct trace4_group {
 	char name[96];           /* "global Leak", "stack of thread 1234 (main)", "C global roots", ... */
@@ -41,9 +47,27 @@ struct trace4_group {
 	struct walk4_count retained; /* blocks reachable from this group only, words with headers */
 };
 
+/* One field of a module's global data pointing into the major heap,
+ * traced under a label of its own within its module's group: blocks only
+ * it reaches are its retained blocks (and its group's); blocks reached by
+ * two fields of the same module are the module's alone (counted in the
+ * group only); by two groups, "shared". */
+struct trace4_field {
+	unsigned group;          /* its group, an index into groups[] */
+	uint32_t block;          /* which of the unit's global blocks (caml_globals' list; 0 the module block) */
+	uint32_t field;          /* the field of that block (the module's n-th global value, 0-based) */
+	uint64_t value;          /* the field's value at the stop: a block's address in the target */
+	uint64_t code;           /* the code of the closure its shape names (runtime address), or 0 */
+	char shape[112];         /* what it holds, read at the stop (heap/shape4.h): "Hashtbl.t
+				  * (by its shape): 3 bindings in 16 buckets"; "" if not described */
+	struct walk4_count retained; /* blocks reachable from this field only, words with headers */
+};
+
 struct trace4_result {
 	struct trace4_group groups[TRACE4_MAX_GROUPS];
 	unsigned ngroups;
+	struct trace4_field fields[TRACE4_MAX_FIELDS];
+	unsigned nfields;
 	struct walk4_count reachable, shared;   /* shared: reachable from two groups or more */
 	struct walk4_count reach_by_tag[256];
 	uint64_t static_blocks;  /* blocks outside the heap (module data, constants) traced through */

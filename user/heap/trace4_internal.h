@@ -61,6 +61,12 @@ int tracer_read(struct tracer *tr, uint64_t addr, void *buf, size_t len);
  * one's roots once TRACE4_MAX_GROUPS are made: "other roots"). */
 unsigned tracer_group(struct tracer *tr, const char *name, bool conservative);
 
+/* The label for field `field` of global block `block` of the module
+ * whose group is `label`, holding v: a field label of its own if v is a
+ * live major block and fewer than TRACE4_MAX_FIELDS were made, else
+ * `label`. */
+unsigned tracer_field(struct tracer *tr, unsigned label, uint32_t block, uint32_t field, uint64_t v);
+
 /* A root value of group `label`: traced if it points to a live major
  * block (or, exact, to a block in the executable's data). */
 void tracer_root(struct tracer *tr, unsigned label, uint64_t v, bool exact);

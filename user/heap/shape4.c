@@ -1,0 +1,249 @@
+/* shape4.c -- a block of a stopped 4.x heap described by its shape
+ * (shape4.h). */
+#define _GNU_SOURCE
+#include "heap/shape4.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "target/proc.h"
+#include "target/symbolize.h"
+
+#define LAZY_TAG 246
+#define CLOSURE_TAG 247
+#define OBJECT_TAG 248
+#define FORWARD_TAG 250
+#define ABSTRACT_TAG 251
+#define STRING_TAG 252
+#define DOUBLE_TAG 253
+#define DOUBLE_ARRAY_TAG 254
+#define CUSTOM_TAG 255
+#define VAL_EMPTY 1        /* Val_int(0): [], Nil, Empty */
+#define MAX_CELLS 256      /* list cells counted at most */
+
+struct block {
+	uint64_t v, wosize;
+	unsigned tag;
+	uint64_t f[5];     /* the first fields (as many as there are, up to 5) */
+};
+
+static bool is_int(uint64_t w)
+{
+	return w & 1;
+}
+
+static int64_t int_of(uint64_t w)
+{
+	return (int64_t)w >> 1;
+}
+
+/* The header and first fields of the block at v; false if v is not a
+ * readable block (an immediate, a null, unmapped). */
+static bool read_block(const struct target *t, uint64_t v, struct block *b)
+{
+	uint64_t hd;
+
+	if (is_int(v) || v < 4096 || (v & 7) || proc_read_mem(t->pid, v - 8, &hd, 8))
+		return false;
+	b->v = v;
+	b->wosize = hd >> 10;
+	b->tag = hd & 0xff;
+	memset(b->f, 0, sizeof(b->f));
+	return b->wosize == 0 ||
+	       proc_read_mem(t->pid, v, b->f, 8 * (b->wosize < 5 ? b->wosize : 5)) == 0;
+}
+
+/* A value that may be a block of tag 0 and `wosize` fields, or the
+ * constant constructor ending a list/tree (Val_int 0). */
+static bool is_node_or_empty(const struct target *t, uint64_t w, uint64_t wosize)
+{
+	struct block b;
+
+	return w == VAL_EMPTY || (!is_int(w) && read_block(t, w, &b) && b.tag == 0 && b.wosize == wosize);
+}
+
+/* Cells of the list at w, up to MAX_CELLS; *more if it goes on. */
+static unsigned list_length(const struct target *t, uint64_t w, bool *more)
+{
+	struct block b;
+	unsigned n = 0;
+
+	*more = false;
+	while (w != VAL_EMPTY) {
+		if (n == MAX_CELLS) {
+			*more = true;
+			break;
+		}
+		if (!read_block(t, w, &b) || b.tag != 0 || b.wosize != 2)
+			break;
+		n++;
+		w = b.f[1];
+	}
+	return n;
+}
+
+static void closure_name(const struct target *t, uint64_t code, char *out, size_t len)
+{
+	const struct elf_symbol *s = code > t->bias ? elf_image_function_at(t->img, code - t->bias) : NULL;
+
+	if (s)
+		symbolize_demangle(s->name, out, len);
+	else
+		snprintf(out, len, "at 0x%llx", (unsigned long long)code);
+}
+
+/* The stdlib records and list cells of tag 0; false if none fits. */
+static bool describe_record(const struct target *t, const struct block *b, char *out, size_t len)
+{
+	struct block d;
+	bool more;
+	unsigned n;
+
+	if (b->wosize == 4 && is_int(b->f[0]) && !is_int(b->f[1]) && is_int(b->f[2]) && is_int(b->f[3]) &&
+	    read_block(t, b->f[1], &d) && d.tag == 0 && d.wosize && !(d.wosize & (d.wosize - 1)) &&
+	    int_of(b->f[3]) >= 1 && int_of(b->f[0]) >= 0) {
+		snprintf(out, len, "Hashtbl.t (by its shape): %lld bindings in %llu buckets", (long long)int_of(b->f[0]),
+			 (unsigned long long)d.wosize);
+		return true;
+	}
+	if (b->wosize == 4 && !is_int(b->f[0]) && is_int(b->f[1]) && is_int(b->f[2]) && !is_int(b->f[3]) &&
+	    read_block(t, b->f[0], &d) && d.tag == STRING_TAG) {
+		snprintf(out, len, "Buffer.t (by its shape): %lld bytes used of %lld", (long long)int_of(b->f[1]),
+			 (long long)int_of(b->f[2]));
+		return true;
+	}
+	if (b->wosize == 3 && is_int(b->f[0]) && int_of(b->f[0]) >= 0 && is_node_or_empty(t, b->f[1], 2) &&
+	    is_node_or_empty(t, b->f[2], 2) && (b->f[1] == VAL_EMPTY) == (b->f[2] == VAL_EMPTY)) {
+		snprintf(out, len, "Queue.t (by its shape): %lld element%s", (long long)int_of(b->f[0]),
+			 int_of(b->f[0]) == 1 ? "" : "s");
+		return true;
+	}
+	if ((b->wosize == 5 || b->wosize == 4) && is_int(b->f[b->wosize - 1]) && int_of(b->f[b->wosize - 1]) >= 1 &&
+	    int_of(b->f[b->wosize - 1]) < 64 && is_node_or_empty(t, b->f[0], b->wosize) &&
+	    is_node_or_empty(t, b->f[b->wosize - 2], b->wosize)) {
+		snprintf(out, len, "%s.t (by its shape): a tree of height %lld", b->wosize == 5 ? "Map" : "Set",
+			 (long long)int_of(b->f[b->wosize - 1]));
+		return true;
+	}
+	if (b->wosize == 2 && is_int(b->f[1]) && int_of(b->f[1]) >= 0 && is_node_or_empty(t, b->f[0], 2)) {
+		n = list_length(t, b->f[0], &more);
+		if (more ? int_of(b->f[1]) > MAX_CELLS : int_of(b->f[1]) == (int64_t)n) {
+			snprintf(out, len, "Stack.t (by its shape): %lld element%s", (long long)int_of(b->f[1]),
+				 int_of(b->f[1]) == 1 ? "" : "s");
+			return true;
+		}
+	}
+	if (b->wosize == 2 && is_node_or_empty(t, b->f[1], 2)) {
+		n = list_length(t, b->v, &more);
+		snprintf(out, len, "list of %s%u element%s", more ? "more than " : "", n, n == 1 && !more ? "" : "s");
+		return true;
+	}
+	return false;
+}
+
+static void describe(const struct target *t, uint64_t v, int depth, char *out, size_t len, uint64_t *code)
+{
+	struct block b;
+	char name[96];
+
+	if (is_int(v)) {
+		snprintf(out, len, "the integer %lld", (long long)int_of(v));
+		return;
+	}
+	if (!read_block(t, v, &b)) {
+		snprintf(out, len, "an unreadable value 0x%llx", (unsigned long long)v);
+		return;
+	}
+	switch (b.tag) {
+	case CLOSURE_TAG:
+	{
+		/* field 1 is closinfo: arity, then the environment's first
+		 * field (Start_env_closinfo, 4.12+ runtime/caml/mlvalues.h) */
+		uint64_t env = b.wosize > 1 ? (b.f[1] << 8) >> 9 : b.wosize;
+		uint64_t captured = env < b.wosize ? b.wosize - env : 0;
+
+		closure_name(t, b.f[0], name, sizeof(name));
+		*code = b.f[0];
+		snprintf(out, len, "closure %s capturing %llu value%s", name, (unsigned long long)captured,
+			 captured == 1 ? "" : "s");
+		return;
+	}
+	case STRING_TAG: {
+		uint8_t last = 0;
+
+		proc_read_mem(t->pid, v + 8 * b.wosize - 1, &last, 1);
+		snprintf(out, len, "string of %llu bytes", (unsigned long long)(8 * b.wosize - 1 - last));
+		return;
+	}
+	case DOUBLE_TAG:
+		snprintf(out, len, "float");
+		return;
+	case DOUBLE_ARRAY_TAG:
+		snprintf(out, len, "float array of %llu", (unsigned long long)b.wosize);
+		return;
+	case CUSTOM_TAG: {
+		uint64_t id = 0;
+
+		name[0] = 0;
+		if (proc_read_mem(t->pid, b.f[0], &id, 8) || proc_read_mem(t->pid, id, name, 32))
+			strcpy(name, "?");
+		name[32] = 0;
+		snprintf(out, len, "custom block %s (%llu words)", name, (unsigned long long)b.wosize);
+		return;
+	}
+	case ABSTRACT_TAG:
+		snprintf(out, len, "abstract block of %llu words (a weak array or ephemeron, or C data)",
+			 (unsigned long long)b.wosize);
+		return;
+	case LAZY_TAG:
+		snprintf(out, len, "lazy value, not forced");
+		return;
+	case FORWARD_TAG:
+		snprintf(out, len, "forced lazy value");
+		return;
+	case OBJECT_TAG: {
+		/* an exception constructor: its name (a string) and id
+		 * (runtime/caml/mlvalues.h Object_tag; 4.14 translcore.ml) */
+		struct block nm;
+
+		if (b.wosize == 2 && read_block(t, b.f[0], &nm) && nm.tag == STRING_TAG && nm.wosize <= 12 &&
+		    proc_read_mem(t->pid, b.f[0], name, 8 * nm.wosize) == 0) {
+			name[8 * nm.wosize - 1] = 0;
+			snprintf(out, len, "exception %s", name);
+		} else {
+			snprintf(out, len, "object (%llu words)", (unsigned long long)b.wosize);
+		}
+		return;
+	}
+	case 0:
+		if (describe_record(t, &b, out, len))
+			return;
+		if (b.wosize == 1 && depth < 2) {
+			int n = snprintf(out, len, "ref to ");
+
+			if (n > 0 && (size_t)n < len)
+				describe(t, b.f[0], depth + 1, out + n, len - (size_t)n, code);
+			return;
+		}
+		break;
+	}
+	snprintf(out, len, "block of tag %u, %llu fields%s", b.tag, (unsigned long long)b.wosize,
+		 b.tag == 0 ? " (an array, record or tuple)" : " (a variant)");
+}
+
+int shape4_describe(const struct target *t, uint64_t v, char *out, size_t len, uint64_t *code)
+{
+	uint64_t hd, none;
+
+	if (!code)
+		code = &none;
+	*code = 0;
+	if (!is_int(v) && proc_read_mem(t->pid, v - 8, &hd, 8)) {
+		snprintf(out, len, "an unreadable value 0x%llx", (unsigned long long)v);
+		return -EFAULT;
+	}
+	describe(t, v, 0, out, len, code);
+	return 0;
+}
