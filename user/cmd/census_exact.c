@@ -188,10 +188,18 @@ static void render_retainers(FILE *f, const struct exact_run *x, int top)
 		mib(r->shared.words), (unsigned long long)r->shared.blocks);
 	if (r->not_read[0])
 		fprintf(f, "  not read: %s\n", r->not_read);
-	fprintf(f, "  trace %.1f ms, %.1f MiB of camlheap's memory (heap / %.0f)%s\n", r->trace_s * 1e3,
-		(double)r->index_bytes / 1048576.0,
-		r->index_bytes ? (double)x->c.heap_words * 8.0 / (double)r->index_bytes : 0.0,
-		r->rescans ? ", with rescans" : "");
+	{
+		/* a small heap: the line cache's floor (64 lines of 16 KiB) outweighs it */
+		double share = r->index_bytes ? (double)x->c.heap_words * 8.0 / (double)r->index_bytes : 0.0;
+		char how[48];
+
+		if (share >= 2)
+			snprintf(how, sizeof(how), "heap / %.0f", share);
+		else
+			snprintf(how, sizeof(how), "a fixed 1 MiB line cache at least");
+		fprintf(f, "  trace %.1f ms, %.1f MiB of camlheap's memory (%s)%s\n", r->trace_s * 1e3,
+			(double)r->index_bytes / 1048576.0, how, r->rescans ? ", with rescans" : "");
+	}
 }
 
 static void render_text(FILE *f, const struct exact_run *x, int top)

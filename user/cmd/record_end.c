@@ -124,6 +124,6 @@ void record_census_on_fired(struct intake *in)
 	in->meta->trigger = in->watch.what; /* the files' header, not the recording's */
 	record_write_periodic(in, tag, "snapshot while recording: census-on's trigger fired");
 	in->meta->trigger = NULL;
-	serve_send(in, "trigger %s %s", in->watch.kind, in->watch.what);
+	serve_send(in, "trigger %s %s %s", in->watch.kind, in->meta->census_on ? "census" : "heap", in->watch.what);
 	census_watch_rearm(&in->watch);
 }

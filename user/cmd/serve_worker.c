@@ -305,12 +305,15 @@ static void on_stats(struct worker *w, const char *msg)
 
 const char *const serve_trigger_kinds[3] = { "oom", "rss", "pressure" };
 
-/* "trigger KIND WHAT": a census-on trigger fired; the worker wrote its
- * census (its "wrote" lines came first; a failed write is in its log).
- * S.lk held. */
+/* "trigger KIND census|heap WHAT": a census-on trigger fired; the worker
+ * wrote its census and heap profile, or (a process whose blocks are not
+ * followed) the heap profile alone (its "wrote" lines came first; a
+ * failed write is in its log).  S.lk held. */
 static void on_trigger(struct worker *w, const char *msg)
 {
 	size_t n = strcspn(msg, " ");
+	const char *files = msg + n + (msg[n] ? 1 : 0), *what = files + strcspn(files, " ");
+	bool census = !strncmp(files, "census ", 7);
 	uint64_t *count;
 
 	if (!S.triggers)
@@ -322,8 +325,9 @@ static void on_trigger(struct worker *w, const char *msg)
 	for (int k = 0; k < 3; k++)
 		if (n == strlen(serve_trigger_kinds[k]) && !strncmp(msg, serve_trigger_kinds[k], n))
 			count[k]++;
-	slog(LOG_WARNING, "target %s: PID %d: census-on %.*s fired, census and heap profile into %s: %s", w->target, w->pid,
-	     (int)n, msg, w->dir, msg[n] ? msg + n + 1 : "");
+	slog(LOG_WARNING, "target %s: PID %d: census-on %.*s fired, %s into %s: %s", w->target, w->pid, (int)n, msg,
+	     census ? "census and heap profile" : "heap profile (no census: its blocks are not followed)", w->dir,
+	     *what ? what + 1 : "");
 }
 
 void on_worker_msg(struct worker *w)
