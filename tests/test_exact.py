@@ -4,6 +4,7 @@ moment outside its memory manager.  The truths: the program's own Gc.stat
 (which walks the same heap in-process, runtime/gc_ctrl.c heap_stats), the
 runtime's own counters read at the same stop, and what the fixture built."""
 import json
+import math
 import os
 import signal
 import subprocess
@@ -299,9 +300,16 @@ def test_retainers_fields_retain_their_structure_and_name_the_stdlib_containers(
         "set": (10, "ref to Set.t (by its shape): a tree of height "),
         "list": (11, "ref to list of more than 256 elements"),
     }
+    example = {  # an element of each, said after the shape
+        "queue": "; the first: string", "stack": "; the top: string", "buffer": "",
+        "map": "; at the root: string -> int", "set": "; at the root: string", "list": "; the head: string"}
     for k, (field, shape) in want.items():
         got = [f for f in fields if (f["shape"] or "").startswith(shape)]
         assert len(got) == 1 and got[0]["field"] == field, (k, shape, [(f["field"], f["shape"]) for f in fields])
+        if example[k]:
+            assert got[0]["shape"].endswith(example[k]), got[0]
+        else:  # Buffer: its capacity, 16 doubled until the contents fit
+            assert int(got[0]["shape"].rsplit(" ", 1)[1]) == 16 * 2 ** math.ceil(math.log2(8 * n / 16)), got[0]
         assert got[0]["retained"]["words"] == truths[k], (k, got[0], truths[k])
     assert g["retained"]["words"] >= sum(truths[k] for k in want), g
     assert sum(f["retained"]["words"] for f in fields) <= g["retained"]["words"]
@@ -321,6 +329,7 @@ def test_retainers_hashtbl_field_named_and_retaining_the_table():
     g = [g for g in d["retainers"]["groups"] if g["name"] == "global Retain"][0]
     f = g["fields"][0]
     assert f["shape"].startswith("Hashtbl.t (by its shape): %d bindings in " % n), f
+    assert f["shape"].endswith("; a binding: string -> list or pair"), f  # string_of_int i -> [i; i + 1]
     assert f["retained"]["words"] == truths["words"], (f, truths)
 
 

@@ -94,6 +94,71 @@ static void closure_name(const struct target *t, uint64_t code, char *out, size_
 		snprintf(out, len, "at 0x%llx", (unsigned long long)code);
 }
 
+/* What kind of value v is, in a word or three ("string", "int",
+ * "record/tuple of 2 fields"): a container's element, as an example. */
+static const char *kind_of(const struct target *t, uint64_t v, char *buf, size_t len)
+{
+	struct block b;
+
+	if (is_int(v))
+		return "int";
+	if (!read_block(t, v, &b))
+		return "?";
+	switch (b.tag) {
+	case STRING_TAG:
+		return "string";
+	case DOUBLE_TAG:
+		return "float";
+	case DOUBLE_ARRAY_TAG:
+		return "float array";
+	case CLOSURE_TAG:
+		return "closure";
+	case CUSTOM_TAG:
+		return "custom block";
+	case OBJECT_TAG:
+		return "object or exception";
+	case ABSTRACT_TAG:
+		return "abstract block";
+	case LAZY_TAG:
+	case FORWARD_TAG:
+		return "lazy value";
+	case 0:
+		if (b.wosize == 2)
+			return "list or pair";
+		snprintf(buf, len, "record/tuple of %llu fields", (unsigned long long)b.wosize);
+		return buf;
+	}
+	snprintf(buf, len, "constructor (tag %u) of %llu fields", b.tag, (unsigned long long)b.wosize);
+	return buf;
+}
+
+/* After the description in out: "; LABEL KIND", or "; LABEL KIND -> KIND"
+ * with a second value (v2 != 0). */
+static void example(const struct target *t, char *out, size_t len, const char *label, uint64_t v1, uint64_t v2)
+{
+	size_t n = strlen(out);
+	char b1[48], b2[48];
+
+	snprintf(out + n, len - n, "; %s %s%s%s", label, kind_of(t, v1, b1, sizeof(b1)), v2 ? " -> " : "",
+		 v2 ? kind_of(t, v2, b2, sizeof(b2)) : "");
+}
+
+/* A Hashtbl.t's data array d: a binding of the first non-empty bucket
+ * among the first 64 (Cons {key; data; next}). */
+static void hashtbl_example(const struct target *t, const struct block *d, char *out, size_t len)
+{
+	uint64_t bucket[64], n = d->wosize < 64 ? d->wosize : 64;
+	struct block c;
+
+	if (proc_read_mem(t->pid, d->v, bucket, 8 * n))
+		return;
+	for (uint64_t i = 0; i < n; i++)
+		if (!is_int(bucket[i]) && read_block(t, bucket[i], &c) && c.tag == 0 && c.wosize == 3) {
+			example(t, out, len, "a binding:", c.f[0], c.f[1]);
+			return;
+		}
+}
+
 /* The stdlib records and list cells of tag 0; false if none fits. */
 static bool describe_record(const struct target *t, const struct block *b, char *out, size_t len)
 {
@@ -106,6 +171,7 @@ static bool describe_record(const struct target *t, const struct block *b, char 
 	    int_of(b->f[3]) >= 1 && int_of(b->f[0]) >= 0) {
 		snprintf(out, len, "Hashtbl.t (by its shape): %lld bindings in %llu buckets", (long long)int_of(b->f[0]),
 			 (unsigned long long)d.wosize);
+		hashtbl_example(t, &d, out, len);
 		return true;
 	}
 	if (b->wosize == 4 && !is_int(b->f[0]) && is_int(b->f[1]) && is_int(b->f[2]) && !is_int(b->f[3]) &&
@@ -118,6 +184,8 @@ static bool describe_record(const struct target *t, const struct block *b, char 
 	    is_node_or_empty(t, b->f[2], 2) && (b->f[1] == VAL_EMPTY) == (b->f[2] == VAL_EMPTY)) {
 		snprintf(out, len, "Queue.t (by its shape): %lld element%s", (long long)int_of(b->f[0]),
 			 int_of(b->f[0]) == 1 ? "" : "s");
+		if (b->f[1] != VAL_EMPTY && read_block(t, b->f[1], &d))
+			example(t, out, len, "the first:", d.f[0], 0);
 		return true;
 	}
 	if ((b->wosize == 5 || b->wosize == 4) && is_int(b->f[b->wosize - 1]) && int_of(b->f[b->wosize - 1]) >= 1 &&
@@ -125,6 +193,7 @@ static bool describe_record(const struct target *t, const struct block *b, char 
 	    is_node_or_empty(t, b->f[b->wosize - 2], b->wosize)) {
 		snprintf(out, len, "%s.t (by its shape): a tree of height %lld", b->wosize == 5 ? "Map" : "Set",
 			 (long long)int_of(b->f[b->wosize - 1]));
+		example(t, out, len, "at the root:", b->f[1], b->wosize == 5 ? b->f[2] : 0);
 		return true;
 	}
 	if (b->wosize == 2 && is_int(b->f[1]) && int_of(b->f[1]) >= 0 && is_node_or_empty(t, b->f[0], 2)) {
@@ -132,12 +201,15 @@ static bool describe_record(const struct target *t, const struct block *b, char 
 		if (more ? int_of(b->f[1]) > MAX_CELLS : int_of(b->f[1]) == (int64_t)n) {
 			snprintf(out, len, "Stack.t (by its shape): %lld element%s", (long long)int_of(b->f[1]),
 				 int_of(b->f[1]) == 1 ? "" : "s");
+			if (b->f[0] != VAL_EMPTY && read_block(t, b->f[0], &d))
+				example(t, out, len, "the top:", d.f[0], 0);
 			return true;
 		}
 	}
 	if (b->wosize == 2 && is_node_or_empty(t, b->f[1], 2)) {
 		n = list_length(t, b->v, &more);
 		snprintf(out, len, "list of %s%u element%s", more ? "more than " : "", n, n == 1 && !more ? "" : "s");
+		example(t, out, len, "the head:", b->f[0], 0);
 		return true;
 	}
 	return false;

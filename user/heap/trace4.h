@@ -58,7 +58,7 @@ struct trace4_field {
 	uint32_t field;          /* the field of that block (the module's n-th global value, 0-based) */
 	uint64_t value;          /* the field's value at the stop: a block's address in the target */
 	uint64_t code;           /* the code of the closure its shape names (runtime address), or 0 */
-	char shape[112];         /* what it holds, read at the stop (heap/shape4.h): "Hashtbl.t
+	char shape[176];         /* what it holds, read at the stop (heap/shape4.h): "Hashtbl.t
 				  * (by its shape): 3 bindings in 16 buckets"; "" if not described */
 	struct walk4_count retained; /* blocks reachable from this field only, words with headers */
 };
