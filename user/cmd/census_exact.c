@@ -29,6 +29,7 @@
 struct exact_run {
 	struct walk4_census c;
 	struct trace4_result *tr;  /* --retainers, else NULL */
+	char defined_at[TRACE4_SHAPES][320]; /* a described closure's "FILE:LINE" (by tr->fields[].shape), or "" */
 	double pause_s, wait_s;
 	unsigned stops;
 	size_t threads;
@@ -86,20 +87,22 @@ static int cmp_group_retained(const void *a, const void *b)
 
 /* The closures the fields' shapes name, given the source line of their
  * code (DWARF or the symbol: modules.h), the target running again. */
-static void closures_located(struct target *t, struct trace4_result *r)
+static void closures_located(struct target *t, struct exact_run *x)
 {
+	const struct trace4_result *r = x->tr;
 	struct sym_frame fr[8];
 
 	for (unsigned i = 0; i < r->nfields; i++) {
-		struct trace4_field *f = &r->fields[i];
-		size_t n = strlen(f->shape);
+		const struct trace4_field *f = &r->fields[i];
 		int k;
 
-		if (!f->code)
+		if (!f->code || f->shape < 0)
 			continue;
-		k = modules_lookup(&t->mods, f->code + 1, 0, fr, 8) - 1; /* + 1: the lookup takes a return address */
+		/* + 1: the lookup takes a return address */
+		if ((k = modules_lookup(&t->mods, f->code + 1, 0, fr, 8) - 1) < 0)
+			continue;
 		if (fr[k].file && (fr[k].start_line || fr[k].line))
-			snprintf(f->shape + n, sizeof(f->shape) - n, ", defined at %s:%d", fr[k].file,
+			snprintf(x->defined_at[f->shape], sizeof(x->defined_at[0]), "%s:%d", fr[k].file,
 				 fr[k].start_line ? fr[k].start_line : fr[k].line);
 	}
 }
@@ -135,17 +138,21 @@ static void field_name(const struct trace4_field *fl, char *buf, size_t len)
 
 /* Under a module's group, the fields retaining the most (at most 3), of
  * those retaining 1 % of the reachable words or more. */
-static void render_fields(FILE *f, const struct trace4_result *r, const struct trace4_group *g,
+static void render_fields(FILE *f, const struct exact_run *x, const struct trace4_group *g,
 			  const struct trace4_field **by)
 {
+	const struct trace4_result *r = x->tr;
 	unsigned n = 100 * g->retained.words >= r->reachable.words ? group_fields(r, (unsigned)(g - r->groups), by) : 0;
 	char name[64];
 
 	for (unsigned i = 0; i < n && i < 3 && 100 * by[i]->retained.words >= r->reachable.words; i++) {
+		int s = by[i]->shape;
+
 		field_name(by[i], name, sizeof(name));
-		fprintf(f, "      %-46.46s %12llu %9.1f %10llu %8s  %s\n", name, (unsigned long long)by[i]->retained.words,
-			mib(by[i]->retained.words), (unsigned long long)by[i]->retained.blocks, "",
-			by[i]->shape[0] ? by[i]->shape : "");
+		fprintf(f, "      %-46.46s %12llu %9.1f %10llu %8s  %s%s%s\n", name,
+			(unsigned long long)by[i]->retained.words, mib(by[i]->retained.words),
+			(unsigned long long)by[i]->retained.blocks, "", s >= 0 ? r->shapes[s] : "",
+			s >= 0 && x->defined_at[s][0] ? ", defined at " : "", s >= 0 ? x->defined_at[s] : "");
 	}
 }
 
@@ -174,7 +181,7 @@ static void render_retainers(FILE *f, const struct exact_run *x, int top)
 			(unsigned long long)g[i]->retained.words, mib(g[i]->retained.words),
 			(unsigned long long)g[i]->retained.blocks, (unsigned long long)g[i]->roots);
 		if (by)
-			render_fields(f, r, g[i], by);
+			render_fields(f, x, g[i], by);
 	}
 	free(by);
 	if (n > shown) {
@@ -188,6 +195,9 @@ static void render_retainers(FILE *f, const struct exact_run *x, int top)
 		mib(r->shared.words), (unsigned long long)r->shared.blocks);
 	if (r->not_read[0])
 		fprintf(f, "  not read: %s\n", r->not_read);
+	if (r->fields_over)
+		fprintf(f, "  %llu module fields past the first %d counted for their module only, not each apart\n",
+			(unsigned long long)r->fields_over, TRACE4_MAX_FIELDS);
 	{
 		/* a small heap: the line cache's floor (64 lines of 16 KiB) outweighs it */
 		double share = r->index_bytes ? (double)x->c.heap_words * 8.0 / (double)r->index_bytes : 0.0;
@@ -303,8 +313,9 @@ static void json_count_member(JsonBuilder *jb, const char *name, const struct wa
 }
 
 /* A module group's fields retaining blocks alone, the most first. */
-static void json_fields(JsonBuilder *jb, const struct trace4_result *r, unsigned gi)
+static void json_fields(JsonBuilder *jb, const struct exact_run *x, unsigned gi)
 {
+	const struct trace4_result *r = x->tr;
 	const struct trace4_field **by = malloc(r->nfields * sizeof(*by) + 1);
 	unsigned n = by ? group_fields(r, gi, by) : 0;
 
@@ -315,10 +326,13 @@ static void json_fields(JsonBuilder *jb, const struct trace4_result *r, unsigned
 	json_builder_set_member_name(jb, "fields");
 	json_builder_begin_array(jb);
 	for (unsigned i = 0; i < n; i++) {
+		int s = by[i]->shape;
+
 		json_builder_begin_object(jb);
 		json_member_int(jb, "block", by[i]->block);
 		json_member_int(jb, "field", by[i]->field);
-		json_member_str(jb, "shape", by[i]->shape[0] ? by[i]->shape : NULL);
+		json_member_str(jb, "shape", s >= 0 ? r->shapes[s] : NULL);
+		json_member_str(jb, "defined_at", s >= 0 && x->defined_at[s][0] ? x->defined_at[s] : NULL);
 		json_count_member(jb, "retained", &by[i]->retained);
 		json_builder_end_object(jb);
 	}
@@ -326,8 +340,10 @@ static void json_fields(JsonBuilder *jb, const struct trace4_result *r, unsigned
 	free(by);
 }
 
-static void json_retainers(JsonBuilder *jb, const struct trace4_result *r)
+static void json_retainers(JsonBuilder *jb, const struct exact_run *x)
 {
+	const struct trace4_result *r = x->tr;
+
 	json_builder_set_member_name(jb, "retainers");
 	json_builder_begin_object(jb);
 	json_count_member(jb, "reachable", &r->reachable);
@@ -341,10 +357,11 @@ static void json_retainers(JsonBuilder *jb, const struct trace4_result *r)
 		json_builder_add_boolean_value(jb, r->groups[i].conservative);
 		json_member_int(jb, "roots", (int64_t)r->groups[i].roots);
 		json_count_member(jb, "retained", &r->groups[i].retained);
-		json_fields(jb, r, i);
+		json_fields(jb, x, i);
 		json_builder_end_object(jb);
 	}
 	json_builder_end_array(jb);
+	json_member_int(jb, "fields_over_limit", (int64_t)r->fields_over);
 	json_member_int(jb, "static_blocks", (int64_t)r->static_blocks);
 	json_member_int(jb, "rescans", (int64_t)r->rescans);
 	json_member_int(jb, "sweeps", (int64_t)r->sweeps);
@@ -436,7 +453,7 @@ static int render_json(FILE *f, const struct exact_run *x)
 	json_builder_end_array(jb);
 	json_member_int(jb, "custom_other_blocks", (int64_t)c->custom_other_blocks);
 	if (x->tr)
-		json_retainers(jb, x->tr);
+		json_retainers(jb, x);
 	json_builder_end_object(jb);
 	root = json_builder_get_root(jb);
 	json_generator_set_root(gen, root);
@@ -567,7 +584,7 @@ int census_exact_run(const struct census_exact_opts *o)
 		return 1;
 	}
 	if (x.tr)
-		closures_located(&t, x.tr);
+		closures_located(&t, &x);
 	ret = write_output(o, &x);
 	if (ret < 0)
 		fprintf(stderr, "camlheap: cannot write %s: %s\n", o->output ? o->output : "stdout", strerror(-ret));

@@ -64,24 +64,39 @@ static bool is_node_or_empty(const struct target *t, uint64_t w, uint64_t wosize
 	return w == VAL_EMPTY || (!is_int(w) && read_block(t, w, &b) && b.tag == 0 && b.wosize == wosize);
 }
 
-/* Cells of the list at w, up to MAX_CELLS; *more if it goes on. */
-static unsigned list_length(const struct target *t, uint64_t w, bool *more)
+/* Cells of the list at w, up to MAX_CELLS; *more if it goes on, *ended if
+ * it ends in [] (else the chain was not a list). */
+static unsigned list_length(const struct target *t, uint64_t w, bool *more, bool *ended)
 {
 	struct block b;
 	unsigned n = 0;
 
-	*more = false;
+	*more = *ended = false;
 	while (w != VAL_EMPTY) {
 		if (n == MAX_CELLS) {
 			*more = true;
-			break;
+			return n;
 		}
 		if (!read_block(t, w, &b) || b.tag != 0 || b.wosize != 2)
-			break;
+			return n;
 		n++;
 		w = b.f[1];
 	}
+	*ended = true;
 	return n;
+}
+
+/* The height of a Map or Set tree node (tag 0, wosize fields, the last
+ * its height): 0 for Empty, -1 if w is not such a node. */
+static int64_t node_height(const struct target *t, uint64_t w, uint64_t wosize)
+{
+	struct block b;
+
+	if (w == VAL_EMPTY)
+		return 0;
+	if (is_int(w) || !read_block(t, w, &b) || b.tag != 0 || b.wosize != wosize || !is_int(b.f[wosize - 1]))
+		return -1;
+	return int_of(b.f[wosize - 1]);
 }
 
 static void closure_name(const struct target *t, uint64_t code, char *out, size_t len)
@@ -143,35 +158,43 @@ static void example(const struct target *t, char *out, size_t len, const char *l
 		 v2 ? kind_of(t, v2, b2, sizeof(b2)) : "");
 }
 
-/* A Hashtbl.t's data array d: a binding of the first non-empty bucket
- * among the first 64 (Cons {key; data; next}). */
-static void hashtbl_example(const struct target *t, const struct block *d, char *out, size_t len)
+/* A Hashtbl.t's data array d: the binding of the first non-empty bucket
+ * among the first 64 (Cons {key; data; next}) into *c.  1 found, 0 none
+ * (all those buckets Empty), -1 unreadable or not buckets. */
+static int first_binding(const struct target *t, const struct block *d, struct block *c)
 {
 	uint64_t bucket[64], n = d->wosize < 64 ? d->wosize : 64;
-	struct block c;
 
 	if (proc_read_mem(t->pid, d->v, bucket, 8 * n))
-		return;
-	for (uint64_t i = 0; i < n; i++)
-		if (!is_int(bucket[i]) && read_block(t, bucket[i], &c) && c.tag == 0 && c.wosize == 3) {
-			example(t, out, len, "a binding:", c.f[0], c.f[1]);
-			return;
-		}
+		return -1;
+	for (uint64_t i = 0; i < n; i++) {
+		if (bucket[i] == VAL_EMPTY)
+			continue;
+		return !is_int(bucket[i]) && read_block(t, bucket[i], c) && c->tag == 0 && c->wosize == 3 ? 1 : -1;
+	}
+	return 0;
 }
 
 /* The stdlib records and list cells of tag 0; false if none fits. */
 static bool describe_record(const struct target *t, const struct block *b, char *out, size_t len)
 {
-	struct block d;
-	bool more;
+	struct block d, c;
+	bool more, ended;
 	unsigned n;
+	int64_t h, hl, hr;
+	int found;
 
+	/* Hashtbl: at least 16 buckets, a power of 2 (hashtbl.ml
+	 * power_2_above 16); a binding in the first 64 buckets when they are
+	 * all there is and it has any */
 	if (b->wosize == 4 && is_int(b->f[0]) && !is_int(b->f[1]) && is_int(b->f[2]) && is_int(b->f[3]) &&
-	    read_block(t, b->f[1], &d) && d.tag == 0 && d.wosize && !(d.wosize & (d.wosize - 1)) &&
-	    int_of(b->f[3]) >= 1 && int_of(b->f[0]) >= 0) {
+	    read_block(t, b->f[1], &d) && d.tag == 0 && d.wosize >= 16 && !(d.wosize & (d.wosize - 1)) &&
+	    int_of(b->f[3]) >= 1 && int_of(b->f[0]) >= 0 && (found = first_binding(t, &d, &c)) >= 0 &&
+	    (found || int_of(b->f[0]) == 0 || d.wosize > 64)) {
 		snprintf(out, len, "Hashtbl.t (by its shape): %lld bindings in %llu buckets", (long long)int_of(b->f[0]),
 			 (unsigned long long)d.wosize);
-		hashtbl_example(t, &d, out, len);
+		if (found)
+			example(t, out, len, "a binding:", c.f[0], c.f[1]);
 		return true;
 	}
 	if (b->wosize == 4 && !is_int(b->f[0]) && is_int(b->f[1]) && is_int(b->f[2]) && !is_int(b->f[3]) &&
@@ -188,17 +211,19 @@ static bool describe_record(const struct target *t, const struct block *b, char 
 			example(t, out, len, "the first:", d.f[0], 0);
 		return true;
 	}
-	if ((b->wosize == 5 || b->wosize == 4) && is_int(b->f[b->wosize - 1]) && int_of(b->f[b->wosize - 1]) >= 1 &&
-	    int_of(b->f[b->wosize - 1]) < 64 && is_node_or_empty(t, b->f[0], b->wosize) &&
-	    is_node_or_empty(t, b->f[b->wosize - 2], b->wosize)) {
+	/* Map/Set: a node's height is one more than its higher child's */
+	h = b->wosize == 5 || b->wosize == 4 ? node_height(t, b->v, b->wosize) : -1;
+	hl = h >= 1 ? node_height(t, b->f[0], b->wosize) : -1;
+	hr = hl >= 0 ? node_height(t, b->f[b->wosize - 2], b->wosize) : -1;
+	if (hr >= 0 && h < 64 && h == 1 + (hl > hr ? hl : hr)) {
 		snprintf(out, len, "%s.t (by its shape): a tree of height %lld", b->wosize == 5 ? "Map" : "Set",
 			 (long long)int_of(b->f[b->wosize - 1]));
 		example(t, out, len, "at the root:", b->f[1], b->wosize == 5 ? b->f[2] : 0);
 		return true;
 	}
 	if (b->wosize == 2 && is_int(b->f[1]) && int_of(b->f[1]) >= 0 && is_node_or_empty(t, b->f[0], 2)) {
-		n = list_length(t, b->f[0], &more);
-		if (more ? int_of(b->f[1]) > MAX_CELLS : int_of(b->f[1]) == (int64_t)n) {
+		n = list_length(t, b->f[0], &more, &ended);
+		if (more ? int_of(b->f[1]) > MAX_CELLS : ended && int_of(b->f[1]) == (int64_t)n) {
 			snprintf(out, len, "Stack.t (by its shape): %lld element%s", (long long)int_of(b->f[1]),
 				 int_of(b->f[1]) == 1 ? "" : "s");
 			if (b->f[0] != VAL_EMPTY && read_block(t, b->f[0], &d))
@@ -206,9 +231,14 @@ static bool describe_record(const struct target *t, const struct block *b, char 
 			return true;
 		}
 	}
+	/* a list: cells of two fields ending in [] (one cell alone could be a
+	 * pair whose second is 0, false, None...) */
 	if (b->wosize == 2 && is_node_or_empty(t, b->f[1], 2)) {
-		n = list_length(t, b->v, &more);
-		snprintf(out, len, "list of %s%u element%s", more ? "more than " : "", n, n == 1 && !more ? "" : "s");
+		n = list_length(t, b->v, &more, &ended);
+		if (!more && !ended)
+			return false;
+		snprintf(out, len, "list of %s%u element%s%s", more ? "more than " : "", n, n == 1 && !more ? "" : "s",
+			 n == 1 ? " (by its shape)" : "");
 		example(t, out, len, "the head:", b->f[0], 0);
 		return true;
 	}
@@ -235,9 +265,13 @@ static void describe(const struct target *t, uint64_t v, int depth, char *out, s
 		 * field (Start_env_closinfo, 4.12+ runtime/caml/mlvalues.h) */
 		uint64_t env = b.wosize > 1 ? (b.f[1] << 8) >> 9 : b.wosize;
 		uint64_t captured = env < b.wosize ? b.wosize - env : 0;
+		/* arity other than 1: field 0 is caml_curryN/caml_tuplifyN,
+		 * field 2 the function's own code (cmm_helpers.ml) */
+		int64_t arity = (int64_t)b.f[1] >> 56;
+		uint64_t fn = arity != 1 && arity != 0 && b.wosize > 2 ? b.f[2] : b.f[0];
 
-		closure_name(t, b.f[0], name, sizeof(name));
-		*code = b.f[0];
+		closure_name(t, fn, name, sizeof(name));
+		*code = fn;
 		snprintf(out, len, "closure %s capturing %llu value%s", name, (unsigned long long)captured,
 			 captured == 1 ? "" : "s");
 		return;
@@ -245,8 +279,9 @@ static void describe(const struct target *t, uint64_t v, int depth, char *out, s
 	case STRING_TAG: {
 		uint8_t last = 0;
 
-		proc_read_mem(t->pid, v + 8 * b.wosize - 1, &last, 1);
-		snprintf(out, len, "string of %llu bytes", (unsigned long long)(8 * b.wosize - 1 - last));
+		if (b.wosize)
+			proc_read_mem(t->pid, v + 8 * b.wosize - 1, &last, 1);
+		snprintf(out, len, "string of %llu bytes", (unsigned long long)(b.wosize ? 8 * b.wosize - 1 - last : 0));
 		return;
 	}
 	case DOUBLE_TAG:
@@ -258,8 +293,10 @@ static void describe(const struct target *t, uint64_t v, int depth, char *out, s
 	case CUSTOM_TAG: {
 		uint64_t id = 0;
 
-		name[0] = 0;
-		if (proc_read_mem(t->pid, b.f[0], &id, 8) || proc_read_mem(t->pid, id, name, 32))
+		/* the identifier, up to 32 bytes, not past its page */
+		memset(name, 0, sizeof(name));
+		if (proc_read_mem(t->pid, b.f[0], &id, 8) ||
+		    proc_read_mem(t->pid, id, name, 4096 - (id & 4095) < 32 ? 4096 - (id & 4095) : 32))
 			strcpy(name, "?");
 		name[32] = 0;
 		snprintf(out, len, "custom block %s (%llu words)", name, (unsigned long long)b.wosize);
@@ -280,9 +317,9 @@ static void describe(const struct target *t, uint64_t v, int depth, char *out, s
 		 * (runtime/caml/mlvalues.h Object_tag; 4.14 translcore.ml) */
 		struct block nm;
 
-		if (b.wosize == 2 && read_block(t, b.f[0], &nm) && nm.tag == STRING_TAG && nm.wosize <= 12 &&
-		    proc_read_mem(t->pid, b.f[0], name, 8 * nm.wosize) == 0) {
-			name[8 * nm.wosize - 1] = 0;
+		if (b.wosize == 2 && read_block(t, b.f[0], &nm) && nm.tag == STRING_TAG && nm.wosize &&
+		    proc_read_mem(t->pid, b.f[0], name, 8 * (nm.wosize < 12 ? nm.wosize : 12)) == 0) {
+			name[nm.wosize < 12 ? 8 * nm.wosize - 1 : 95] = 0; /* a longer name: its first 95 bytes */
 			snprintf(out, len, "exception %s", name);
 		} else {
 			snprintf(out, len, "object (%llu words)", (unsigned long long)b.wosize);
@@ -293,7 +330,7 @@ static void describe(const struct target *t, uint64_t v, int depth, char *out, s
 		if (describe_record(t, &b, out, len))
 			return;
 		if (b.wosize == 1 && depth < 2) {
-			int n = snprintf(out, len, "ref to ");
+			int n = snprintf(out, len, "ref or Some of ");
 
 			if (n > 0 && (size_t)n < len)
 				describe(t, b.f[0], depth + 1, out + n, len - (size_t)n, code);

@@ -178,9 +178,14 @@ unsigned tracer_field(struct tracer *tr, unsigned label, uint32_t block, uint32_
 	const struct hx_chunk *c;
 	struct trace4_field *f;
 
-	if (label > TRACE4_MAX_GROUPS || r->nfields == TRACE4_MAX_FIELDS || !hx_is_block(tr->hx, v, &c))
+	if (label > TRACE4_MAX_GROUPS || !hx_is_block(tr->hx, v, &c))
 		return label;
+	if (r->nfields == TRACE4_MAX_FIELDS) {
+		r->fields_over++;
+		return label;
+	}
 	f = &r->fields[r->nfields++];
+	f->shape = -1;
 	f->group = label - 1;
 	f->block = block;
 	f->field = field;
@@ -599,8 +604,8 @@ static int cmp_field_retained(const void *a, const void *b)
 }
 
 /* The TRACE4_SHAPES fields retaining the most, described while the
- * target is still stopped. */
-static int describe_fields(struct tracer *tr)
+ * target is still stopped (until `deadline`: then the rest is not). */
+static int describe_fields(struct tracer *tr, double deadline)
 {
 	struct trace4_result *r = tr->r;
 	const struct trace4_field **by = malloc(r->nfields * sizeof(*by) + 1);
@@ -612,10 +617,11 @@ static int describe_fields(struct tracer *tr)
 		if (r->fields[i].retained.words)
 			by[n++] = &r->fields[i];
 	qsort(by, n, sizeof(*by), cmp_field_retained);
-	for (unsigned i = 0; i < n && i < TRACE4_SHAPES; i++) {
+	for (unsigned i = 0; i < n && i < TRACE4_SHAPES && mono_s() < deadline; i++) {
 		struct trace4_field *f = &r->fields[by[i] - r->fields];
 
-		shape4_describe(tr->t, f->value, f->shape, sizeof(f->shape), &f->code);
+		f->shape = (int)r->nshapes++;
+		shape4_describe(tr->t, f->value, r->shapes[f->shape], sizeof(r->shapes[0]), &f->code);
 	}
 	free(by);
 	return 0;
@@ -642,7 +648,7 @@ int trace4_run(const struct target *t, const struct heap_freeze *fz, struct heap
 	if (!ret)
 		ret = rescan(&tr, deadline);
 	if (!ret)
-		ret = describe_fields(&tr);
+		ret = describe_fields(&tr, deadline);
 	if (ret == -EFAULT)
 		snprintf(err, errlen, "cannot read the heap of PID %d while tracing it", (int)t->pid);
 	else if (ret == -ENOMEM)

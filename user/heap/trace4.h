@@ -37,7 +37,7 @@
 #include "target/target.h"
 
 #define TRACE4_MAX_GROUPS 4096
-#define TRACE4_MAX_FIELDS 8192   /* module fields traced apart; further ones count for their module only */
+#define TRACE4_MAX_FIELDS 32768  /* module fields traced apart; further ones count for their module only */
 #define TRACE4_SHAPES 64         /* fields described, those retaining the most first */
 
 struct trace4_group {
@@ -58,8 +58,7 @@ struct trace4_field {
 	uint32_t field;          /* the field of that block (the module's n-th global value, 0-based) */
 	uint64_t value;          /* the field's value at the stop: a block's address in the target */
 	uint64_t code;           /* the code of the closure its shape names (runtime address), or 0 */
-	char shape[176];         /* what it holds, read at the stop (heap/shape4.h): "Hashtbl.t
-				  * (by its shape): 3 bindings in 16 buckets"; "" if not described */
+	int shape;               /* its description's index in shapes[], or -1 */
 	struct walk4_count retained; /* blocks reachable from this field only, words with headers */
 };
 
@@ -68,6 +67,10 @@ struct trace4_result {
 	unsigned ngroups;
 	struct trace4_field fields[TRACE4_MAX_FIELDS];
 	unsigned nfields;
+	uint64_t fields_over;    /* fields into the heap past TRACE4_MAX_FIELDS (counted for their module only) */
+	char shapes[TRACE4_SHAPES][176]; /* what a field holds, read at the stop (heap/shape4.h):
+					  * "Hashtbl.t (by its shape): 3 bindings in 16 buckets; ..." */
+	unsigned nshapes;
 	struct walk4_count reachable, shared;   /* shared: reachable from two groups or more */
 	struct walk4_count reach_by_tag[256];
 	uint64_t static_blocks;  /* blocks outside the heap (module data, constants) traced through */
