@@ -323,6 +323,12 @@ def test_retainers_fields_retain_their_structure_and_name_the_stdlib_containers(
     line = [k + 1 for k, ln in enumerate(src) if "adder := (fun a b" in ln][0]
     assert byf[14]["shape"] == "ref or Some of closure Retain.fun capturing 1 value", byf[14]
     assert byf[14]["defined_at"].endswith("/retain.ml:%d" % line), (byf[14], line)
+    # a partial application by the function applied; a closure of a
+    # recursive set (an infix pointer) by its own name
+    add3 = [k + 1 for k, ln in enumerate(src) if ln.startswith("let add3_impl ")][0]
+    assert byf[17]["shape"] == "ref or Some of partial application of Retain.add3_impl", byf[17]
+    assert byf[17]["defined_at"].endswith("/retain.ml:%d" % add3), (byf[17], add3)
+    assert byf[18]["shape"] == "ref or Some of closure Retain.g (of a recursive set) capturing 1 value", byf[18]
     rt = d["retainers"]
     assert sum(x["retained"]["words"] for x in rt["groups"]) + rt["shared"]["words"] == rt["reachable"]["words"]
     # the text: under the group, its three largest fields with their shapes

@@ -195,6 +195,9 @@ static void render_retainers(FILE *f, const struct exact_run *x, int top)
 		mib(r->shared.words), (unsigned long long)r->shared.blocks);
 	if (r->not_read[0])
 		fprintf(f, "  not read: %s\n", r->not_read);
+	if (r->shapes_skipped)
+		fprintf(f, "  %u of the fields retaining the most not described: --max-pause came first\n",
+			r->shapes_skipped);
 	if (r->fields_over)
 		fprintf(f, "  %llu module fields past the first %d counted for their module only, not each apart\n",
 			(unsigned long long)r->fields_over, TRACE4_MAX_FIELDS);
@@ -362,6 +365,7 @@ static void json_retainers(JsonBuilder *jb, const struct exact_run *x)
 	}
 	json_builder_end_array(jb);
 	json_member_int(jb, "fields_over_limit", (int64_t)r->fields_over);
+	json_member_int(jb, "shapes_skipped", (int64_t)r->shapes_skipped);
 	json_member_int(jb, "static_blocks", (int64_t)r->static_blocks);
 	json_member_int(jb, "rescans", (int64_t)r->rescans);
 	json_member_int(jb, "sweeps", (int64_t)r->sweeps);

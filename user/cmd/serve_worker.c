@@ -313,7 +313,7 @@ static void on_trigger(struct worker *w, const char *msg)
 {
 	size_t n = strcspn(msg, " ");
 	const char *files = msg + n + (msg[n] ? 1 : 0), *what = files + strcspn(files, " ");
-	bool census = !strncmp(files, "census ", 7);
+	bool census = !strncmp(files, "census", 6) && (files[6] == ' ' || !files[6]);
 	uint64_t *count;
 
 	if (!S.triggers)

@@ -13,6 +13,7 @@
 
 #define LAZY_TAG 246
 #define CLOSURE_TAG 247
+#define INFIX_TAG 249
 #define OBJECT_TAG 248
 #define FORWARD_TAG 250
 #define ABSTRACT_TAG 251
@@ -186,13 +187,14 @@ static bool describe_record(const struct target *t, const struct block *b, char 
 
 	/* Hashtbl: at least 16 buckets, a power of 2 (hashtbl.ml
 	 * power_2_above 16); a binding in the first 64 buckets when they are
-	 * all there is and it has any */
+	 * all there is and it has any; initial_size negative during an
+	 * iteration (flip_ongoing_traversal) */
 	if (b->wosize == 4 && is_int(b->f[0]) && !is_int(b->f[1]) && is_int(b->f[2]) && is_int(b->f[3]) &&
 	    read_block(t, b->f[1], &d) && d.tag == 0 && d.wosize >= 16 && !(d.wosize & (d.wosize - 1)) &&
-	    int_of(b->f[3]) >= 1 && int_of(b->f[0]) >= 0 && (found = first_binding(t, &d, &c)) >= 0 &&
+	    int_of(b->f[3]) != 0 && int_of(b->f[0]) >= 0 && (found = first_binding(t, &d, &c)) >= 0 &&
 	    (found || int_of(b->f[0]) == 0 || d.wosize > 64)) {
-		snprintf(out, len, "Hashtbl.t (by its shape): %lld bindings in %llu buckets", (long long)int_of(b->f[0]),
-			 (unsigned long long)d.wosize);
+		snprintf(out, len, "Hashtbl.t (by its shape): %lld binding%s in %llu buckets", (long long)int_of(b->f[0]),
+			 int_of(b->f[0]) == 1 ? "" : "s", (unsigned long long)d.wosize);
 		if (found)
 			example(t, out, len, "a binding:", c.f[0], c.f[1]);
 		return true;
@@ -245,6 +247,47 @@ static bool describe_record(const struct target *t, const struct block *b, char 
 	return false;
 }
 
+/* The code a closure runs: field 0, or with an arity other than 1 (field
+ * 1 is closinfo: arity << 56 | start of environment << 1 | 1, 4.12+
+ * runtime/caml/mlvalues.h) field 2, field 0 then being caml_curryN or
+ * caml_tuplifyN (4.14 asmcomp/cmm_helpers.ml). */
+static uint64_t closure_code(const struct block *b)
+{
+	int64_t arity = (int64_t)b->f[1] >> 56;
+
+	return b->wosize > 2 && arity != 1 && arity != 0 ? b->f[2] : b->f[0];
+}
+
+/* A closure by its function's name and what it captured; a partial
+ * application (its code a caml_curryN_K or caml_curryN_K_app, whose last
+ * field is the closure applied: cmm_helpers.ml intermediate_curry_functions)
+ * by the function applied, through at most 4 of them. */
+static void describe_closure(const struct target *t, const struct block *c, const char *note, char *out, size_t len,
+			     uint64_t *code)
+{
+	uint64_t env = c->wosize > 1 ? (c->f[1] << 8) >> 9 : c->wosize;
+	uint64_t captured = env < c->wosize ? c->wosize - env : 0, last;
+	struct block b = *c, inner;
+	bool partial = false;
+	char name[96];
+
+	for (int k = 0; k < 5; k++) {
+		*code = closure_code(&b);
+		closure_name(t, *code, name, sizeof(name));
+		if (k == 4 || strncmp(name, "caml_curry", 10) || b.wosize < 3 ||
+		    proc_read_mem(t->pid, b.v + 8 * (b.wosize - 1), &last, 8) || !read_block(t, last, &inner) ||
+		    inner.tag != CLOSURE_TAG)
+			break;
+		partial = true;
+		b = inner;
+	}
+	if (partial)
+		snprintf(out, len, "partial application of %s%s", name, note);
+	else
+		snprintf(out, len, "closure %s%s capturing %llu value%s", name, note, (unsigned long long)captured,
+			 captured == 1 ? "" : "s");
+}
+
 static void describe(const struct target *t, uint64_t v, int depth, char *out, size_t len, uint64_t *code)
 {
 	struct block b;
@@ -260,21 +303,18 @@ static void describe(const struct target *t, uint64_t v, int depth, char *out, s
 	}
 	switch (b.tag) {
 	case CLOSURE_TAG:
-	{
-		/* field 1 is closinfo: arity, then the environment's first
-		 * field (Start_env_closinfo, 4.12+ runtime/caml/mlvalues.h) */
-		uint64_t env = b.wosize > 1 ? (b.f[1] << 8) >> 9 : b.wosize;
-		uint64_t captured = env < b.wosize ? b.wosize - env : 0;
-		/* arity other than 1: field 0 is caml_curryN/caml_tuplifyN,
-		 * field 2 the function's own code (cmm_helpers.ml) */
-		int64_t arity = (int64_t)b.f[1] >> 56;
-		uint64_t fn = arity != 1 && arity != 0 && b.wosize > 2 ? b.f[2] : b.f[0];
-
-		closure_name(t, fn, name, sizeof(name));
-		*code = fn;
-		snprintf(out, len, "closure %s capturing %llu value%s", name, (unsigned long long)captured,
-			 captured == 1 ? "" : "s");
+		describe_closure(t, &b, "", out, len, code);
 		return;
+	case INFIX_TAG: { /* a closure inside a set of mutually recursive ones: its fields from v
+			   * on (its closinfo's environment offset counts from v) */
+		struct block c;
+
+		if (read_block(t, v - 8 * b.wosize, &c) && c.tag == CLOSURE_TAG && c.wosize > b.wosize) {
+			b.wosize = c.wosize - b.wosize;
+			describe_closure(t, &b, " (of a recursive set)", out, len, code);
+			return;
+		}
+		break;
 	}
 	case STRING_TAG: {
 		uint8_t last = 0;
@@ -288,7 +328,7 @@ static void describe(const struct target *t, uint64_t v, int depth, char *out, s
 		snprintf(out, len, "float");
 		return;
 	case DOUBLE_ARRAY_TAG:
-		snprintf(out, len, "float array of %llu", (unsigned long long)b.wosize);
+		snprintf(out, len, "float array of %llu elements", (unsigned long long)b.wosize);
 		return;
 	case CUSTOM_TAG: {
 		uint64_t id = 0;

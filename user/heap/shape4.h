@@ -16,14 +16,19 @@
  *   Map.t      Empty | Node of {l; v; d; r; h: int}            tag 0, 5 fields
  *   Set.t      Empty | Node of {l; v; r; h: int}               tag 0, 4 fields
  *   'a ref     { mutable contents: 'a }                        tag 0, 1 field
- * and the runtime's tags (runtime/caml/mlvalues.h): Closure_tag 247 (field
- * 0 its code), String_tag 252 (the last byte gives the length),
+ * and the runtime's tags (runtime/caml/mlvalues.h): Closure_tag 247 (its
+ * code in field 0, or field 2 for an arity other than 1; a partial
+ * application's helper caml_curryN_K[_app] holds the closure applied in its
+ * last field: asmcomp/cmm_helpers.ml), Infix_tag 249 (a closure of a
+ * recursive set, its set Infix_offset_hd bytes before), String_tag 252
+ * (the last byte the padding, hence the length),
  * Double_array_tag 254, Custom_tag 255 (field 0 its custom_operations,
  * whose first member is the identifier, runtime/caml/custom.h),
  * Abstract_tag 251 (weak arrays and ephemerons in 4.x, weak.h), Lazy_tag
  * 246, Forward_tag 250, Object_tag 248 (an object, or an exception
- * constructor: its name and id).  A record of another type can have
- * the same shape: such names are followed by "(by its shape)".
+ * constructor: its name and id).  A value of another type can have the
+ * same shape: such names are followed by "(by its shape)", and any block
+ * of one field reads "ref or Some of".
  */
 #ifndef CH_SHAPE4_H
 #define CH_SHAPE4_H
@@ -35,8 +40,9 @@
 
 /* Describe the value v (a block: the address of its first field) of t's
  * stopped process into out (NUL-terminated, truncated to len): e.g.
- * "Hashtbl.t (by its shape): 20000 bindings in 16384 buckets", "ref to
- * closure Retain.fun capturing 1 value", "list of 120 elements".  Reads
+ * "Hashtbl.t (by its shape): 20000 bindings in 16384 buckets; a binding:
+ * string -> int", "ref or Some of closure Retain.fun capturing 1 value",
+ * "partial application of Leak.add", "list of 120 elements".  Reads
  * at most a few hundred words.  *code (if not NULL) receives the runtime
  * address of the code of the closure the description names, else 0 (to
  * be given a source line once the target runs again: modules.h).

@@ -177,8 +177,14 @@ unsigned tracer_field(struct tracer *tr, unsigned label, uint32_t block, uint32_
 	struct trace4_result *r = tr->r;
 	const struct hx_chunk *c;
 	struct trace4_field *f;
+	uint64_t hd;
 
-	if (label > TRACE4_MAX_GROUPS || !hx_is_block(tr->hx, v, &c))
+	if (label > TRACE4_MAX_GROUPS || (v & 7) || v < 4096)
+		return label;
+	/* a block, or a closure of a recursive set inside its set (as follow) */
+	if (!hx_is_block(tr->hx, v, &c) &&
+	    !(hx_in_heap(tr->hx, v - 8) && tracer_read(tr, v - 8, &hd, 8) == 0 && (hd & 0xff) == INFIX_TAG &&
+	      hx_is_block(tr->hx, v - 8 * (hd >> 10), &c)))
 		return label;
 	if (r->nfields == TRACE4_MAX_FIELDS) {
 		r->fields_over++;
@@ -617,9 +623,13 @@ static int describe_fields(struct tracer *tr, double deadline)
 		if (r->fields[i].retained.words)
 			by[n++] = &r->fields[i];
 	qsort(by, n, sizeof(*by), cmp_field_retained);
-	for (unsigned i = 0; i < n && i < TRACE4_SHAPES && mono_s() < deadline; i++) {
+	for (unsigned i = 0; i < n && i < TRACE4_SHAPES; i++) {
 		struct trace4_field *f = &r->fields[by[i] - r->fields];
 
+		if (mono_s() > deadline) {
+			r->shapes_skipped++;
+			continue;
+		}
 		f->shape = (int)r->nshapes++;
 		shape4_describe(tr->t, f->value, r->shapes[f->shape], sizeof(r->shapes[0]), &f->code);
 	}

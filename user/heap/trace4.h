@@ -71,6 +71,7 @@ struct trace4_result {
 	char shapes[TRACE4_SHAPES][176]; /* what a field holds, read at the stop (heap/shape4.h):
 					  * "Hashtbl.t (by its shape): 3 bindings in 16 buckets; ..." */
 	unsigned nshapes;
+	unsigned shapes_skipped; /* fields left undescribed: the describing passed the deadline */
 	struct walk4_count reachable, shared;   /* shared: reachable from two groups or more */
 	struct walk4_count reach_by_tag[256];
 	uint64_t static_blocks;  /* blocks outside the heap (module data, constants) traced through */

@@ -11,11 +11,13 @@
 #include "heap/trace4.h"
 
 #define LABEL_SHARED 0xFFFF
+_Static_assert(TRACE4_MAX_GROUPS + TRACE4_MAX_FIELDS < LABEL_SHARED, "labels fit in uint16_t below LABEL_SHARED");
 
 /* A block reached under a label, pending in its line's list. */
 struct trace_item {
 	uint64_t v;        /* a value: the address of a block's first field */
-	uint16_t label;    /* 1..TRACE4_MAX_GROUPS, or LABEL_SHARED */
+	uint16_t label;    /* a group's 1..TRACE4_MAX_GROUPS, a field's TRACE4_MAX_GROUPS + 1 + its index, or
+			    * LABEL_SHARED */
 	uint32_t next;     /* the next item of its line, or of the free list */
 	uint32_t from;     /* 0: a block to visit; else its fields from this one on (a range) */
 };

@@ -36,6 +36,8 @@ struct recording {
 	bool census_on;
 	uint64_t start_us;
 	int64_t mono_to_real_ns;
+	uint64_t peak_ns, peak_us;  /* the profile's peak time when last seen to change, and its event's time
+				     * as written (after the writer's clamps) */
 	GHashTable *defined;      /* codes with a location event (uint64 set) */
 	GHashTable *stacks_done;  /* stack ids whose codes all have one (uint64 set) */
 	GHashTable *ids;          /* kernel sample id -> object id */
@@ -114,8 +116,11 @@ void recording_profile_as_read(const struct recording *rc, const struct report_m
 	if (m->start_unix_ns <= 0)
 		return;
 	p->zero_ns = (uint64_t)(m->start_unix_ns / 1000 * 1000 - rc->mono_to_real_ns);
-	if (p->peak_ns)
-		p->peak_ns = (uint64_t)((int64_t)to_us(rc, p->peak_ns) * 1000 - rc->mono_to_real_ns);
+	if (p->peak_ns) /* the time the file gives the peak's event (never before an earlier event) */
+		p->peak_ns = (uint64_t)((int64_t)(p->peak_ns == rc->peak_ns && rc->peak_us ? rc->peak_us
+										: to_us(rc, p->peak_ns)) *
+						1000 -
+					rc->mono_to_real_ns);
 }
 
 static void note_err(struct recording *rc, int ret)
@@ -263,6 +268,10 @@ static void add_sample(struct recording *rc, const struct profile *p, struct mod
 	int ret = mt_put_alloc(rc->w, t, length, ev->nsamples ? (uint64_t)ev->nsamples << (ev->rate_shift > CH_MAX_RATE_SHIFT ? CH_MAX_RATE_SHIFT : ev->rate_shift) : 1, src, rc->codes, n, &id);
 
 	note_err(rc, ret);
+	if (!ret && p->peak_ns != rc->peak_ns) { /* this event raised the peak */
+		rc->peak_ns = p->peak_ns;
+		rc->peak_us = mt_writer_last_us(rc->w);
+	}
 	if (!ret && ev->sample_id)
 		g_hash_table_insert(rc->ids, u64_dup(ev->sample_id), u64_dup(id));
 }

@@ -68,7 +68,8 @@ int recording_write(struct recording *rc, const char *path, const struct report_
 /* Move the profile's time zero and peak time (profile.h zero_ns,
  * peak_ns; CLOCK_MONOTONIC ns) to this file's microsecond clock: the zero
  * to m->start_unix_ns floored to us (recording_load's zero), the peak to
- * the us the file gives its event.  The text report of `p` then prints
+ * the us the file gives its event (as written: never before an earlier
+ * event's).  The text report of `p` then prints
  * the peak time `camlheap report FILE` prints, to the digit (the run's
  * nanoseconds could round the other way across a 10 ms boundary).  For
  * the CAMLHEAP_ALSO_TEXT comparison; nothing when m->start_unix_ns <= 0. */
