@@ -509,7 +509,7 @@ static int exact_walk(const struct census_exact_opts *o, const struct target *t,
 		minor &= fz->first_ra[i] != FREEZE_IN_OCAML;
 	ret = walk4_census(t, deadline, &hx, minor, &x->c, msg, len);
 	if (!ret)
-		ret = trace4_run(t, fz, &hx, deadline, x->tr, msg, len);
+		ret = trace4_run(t, fz, &hx, deadline, x->tr, NULL, 0, msg, len);
 	hx_free(&hx);
 	return ret;
 }

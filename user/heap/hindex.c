@@ -155,3 +155,49 @@ void hx_free(struct heap_index *hx)
 	free(hx->state);
 	memset(hx, 0, sizeof(*hx));
 }
+
+uint64_t hx_address(const struct heap_index *hx, uint64_t n)
+{
+	size_t lo = 0, hi = hx->nchunks;
+	const struct hx_chunk *c;
+	uint64_t words, nrank, k, rlo, rhi;
+
+	if (n >= hx->nblocks)
+		return 0;
+	/* the last chunk whose first block is at most n */
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+
+		if (hx->chunks[mid].first_block <= n)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	c = &hx->chunks[lo];
+	n -= c->first_block;
+	words = (c->end - c->base) / 8;
+	nrank = words / RANK_WORDS + 1;
+	/* the last running count at most n, then its bitmap words */
+	rlo = 0;
+	rhi = nrank;
+	while (rhi - rlo > 1) {
+		uint64_t mid = (rlo + rhi) / 2;
+
+		if (c->rank[mid] <= n)
+			rlo = mid;
+		else
+			rhi = mid;
+	}
+	n -= c->rank[rlo];
+	for (k = rlo * (RANK_WORDS / 64); k <= words / 64; k++) {
+		uint64_t bits = c->starts[k], cnt = (uint64_t)__builtin_popcountll(bits);
+
+		if (n < cnt) {
+			while (n--)
+				bits &= bits - 1;
+			return c->base + 8 * (64 * k + (uint64_t)__builtin_ctzll(bits)) + 8;
+		}
+		n -= cnt;
+	}
+	return 0;
+}

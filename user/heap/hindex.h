@@ -51,6 +51,10 @@ int hx_finish(struct heap_index *hx);
  * indexed heap.  With chunk (else NULL): its chunk. */
 int64_t hx_block(const struct heap_index *hx, uint64_t v, const struct hx_chunk **chunk);
 
+/* The value (address of the first field) of live block number n: the
+ * inverse of hx_block.  0 if there is no such block. */
+uint64_t hx_address(const struct heap_index *hx, uint64_t n);
+
 /* Is `v` a value pointing to a live block (hx_block(hx, v, chunk) >= 0,
  * without counting its number)? */
 bool hx_is_block(const struct heap_index *hx, uint64_t v, const struct hx_chunk **chunk);

@@ -98,7 +98,7 @@ static void push(struct tracer *tr, uint64_t v, const struct hx_chunk *c, uint16
 	if (from && tr->pending > WORK_CAP / 2 && tr->ndeferred < tr->deferred_cap) {
 		/* a large block's next fields wait until the pending items
 		 * drain: they never all wait at once */
-		tr->deferred[tr->ndeferred++] = (struct trace_item){ v, label, NONE, from };
+		tr->deferred[tr->ndeferred++] = (struct trace_item){ v, label, NONE, from, tr->ctx };
 		return;
 	}
 	line = tr->line0[c - tr->hx->chunks] + (v - 8 - c->base) / LINE_BYTES;
@@ -119,7 +119,7 @@ static void push(struct tracer *tr, uint64_t v, const struct hx_chunk *c, uint16
 		tr->cap = cap;
 		i = (uint32_t)tr->nwork++;
 	}
-	tr->work[i] = (struct trace_item){ v, label, tr->head[line], from };
+	tr->work[i] = (struct trace_item){ v, label, tr->head[line], from, tr->ctx };
 	tr->head[line] = i;
 	tr->pending++;
 	/* behind the sweep but still in the cache: done before the sweep
@@ -167,6 +167,7 @@ void tracer_root(struct tracer *tr, unsigned label, uint64_t v, bool exact)
 {
 	uint64_t before = tr->pending;
 
+	tr->ctx = PARENT_ROOT | label;
 	follow(tr, v, (uint16_t)label, exact);
 	if (tr->pending > before)
 		tr->r->groups[owner(tr->r, (uint16_t)label) - 1].roots++;
@@ -197,6 +198,23 @@ unsigned tracer_field(struct tracer *tr, unsigned label, uint32_t block, uint32_
 	f->field = field;
 	f->value = v;
 	return TRACE4_MAX_GROUPS + r->nfields;
+}
+
+void trace4_label_name(const struct trace4_result *r, uint16_t label, char *buf, size_t len)
+{
+	const struct trace4_field *f;
+
+	if (label == LABEL_SHARED || !label || owner(r, label) > r->ngroups) {
+		snprintf(buf, len, "%s", label == LABEL_SHARED ? "shared by several root groups" : "?");
+	} else if (label <= TRACE4_MAX_GROUPS) {
+		snprintf(buf, len, "%s", r->groups[label - 1].name);
+	} else {
+		f = &r->fields[label - TRACE4_MAX_GROUPS - 1];
+		if (f->block)
+			snprintf(buf, len, "%s field %u of global block %u", r->groups[f->group].name, f->field, f->block);
+		else
+			snprintf(buf, len, "%s field %u", r->groups[f->group].name, f->field);
+	}
 }
 
 /* A block of whsize words counted (+1) or uncounted (-1) under `label`:
@@ -277,6 +295,7 @@ static int visit_static(struct tracer *tr, uint64_t v, uint16_t label)
 	size_t i;
 	uint64_t hd;
 	uint16_t nw;
+	uint32_t ctx;
 
 	if (2 * (tr->scount + 1) > tr->scap) {
 		size_t cap = tr->scap ? 2 * tr->scap : 1024;
@@ -316,7 +335,10 @@ static int visit_static(struct tracer *tr, uint64_t v, uint16_t label)
 	tr->slabel[i] = nw;
 	if (tracer_read(tr, v - 8, &hd, 8) || (hd >> 10) > MAX_STATIC_WORDS)
 		return 0; /* not an OCaml block after all */
+	ctx = tr->ctx;
+	tr->ctx = PARENT_ROOT | PARENT_STATIC | nw;
 	push_fields(tr, v, hd, NULL, 0, nw); /* unreadable fields: not a block after all */
+	tr->ctx = ctx;
 	return 0;
 }
 
@@ -385,6 +407,7 @@ static int process_line(struct tracer *tr, const struct hx_chunk *c, uint64_t li
 		tr->work[i].next = tr->free_item;
 		tr->free_item = i;
 		tr->pending--;
+		tr->ctx = (uint32_t)b;
 		if (it.from) { /* the next fields of a large block, under the label it had then */
 			if (push_fields_from(tr, it.v, buf[(it.v - 8 - start) / 8] >> 10, it.from, NULL, 0, it.label))
 				return -EFAULT;
@@ -392,6 +415,8 @@ static int process_line(struct tracer *tr, const struct hx_chunk *c, uint64_t li
 		}
 		if (!nw)
 			continue;
+		if (!cur && tr->parent)
+			tr->parent[b] = it.parent;
 		tr->hx->state[b] = nw;
 		if (visit(tr, buf, it.v - 8, start, end, cur, nw, true))
 			return -EFAULT;
@@ -433,6 +458,7 @@ static int sweep(struct tracer *tr, double deadline)
 			const struct hx_chunk *c;
 			uint64_t hd;
 
+			tr->ctx = (uint32_t)hx_block(tr->hx, it.v, NULL);
 			if (!hx_is_block(tr->hx, it.v, &c) || tracer_read(tr, it.v - 8, &hd, 8) ||
 			    push_fields_from(tr, it.v, hd >> 10, it.from, NULL, 0, it.label))
 				return -EFAULT;
@@ -470,6 +496,7 @@ static int rescan(struct tracer *tr, double deadline)
 					if (!(c->starts[i / 64] & (1ull << (i % 64))))
 						continue;
 					b = hx_block(tr->hx, hp + 8, NULL);
+					tr->ctx = (uint32_t)b;
 					if (tr->hx->state[b] && visit(tr, buf, hp, start, end, 0, tr->hx->state[b], false))
 						return -EFAULT;
 				}
@@ -638,15 +665,19 @@ static int describe_fields(struct tracer *tr, double deadline)
 }
 
 int trace4_run(const struct target *t, const struct heap_freeze *fz, struct heap_index *hx, double deadline,
-	       struct trace4_result *r, char *err, size_t errlen)
+	       struct trace4_result *r, struct trace4_path *paths, size_t npaths, char *err, size_t errlen)
 {
 	struct tracer tr = { .t = t, .fz = fz, .hx = hx, .r = r, .pid = t->pid };
 	double t0 = mono_s();
-	int ret;
+	int ret = 0;
 
 	memset(r, 0, sizeof(*r));
 	r->index_bytes = hx_bytes(hx);
-	ret = make_lines(&tr);
+	/* block numbers and the PARENT_ flags share a parent's 32 bits */
+	if (npaths && hx->nblocks < PARENT_STATIC && !(tr.parent = calloc(hx->nblocks + 1, sizeof(*tr.parent))))
+		ret = -ENOMEM;
+	if (!ret)
+		ret = make_lines(&tr);
 	if (!ret)
 		ret = roots4_collect(&tr, err, errlen);
 	if (!ret)
@@ -659,13 +690,20 @@ int trace4_run(const struct target *t, const struct heap_freeze *fz, struct heap
 		ret = rescan(&tr, deadline);
 	if (!ret)
 		ret = describe_fields(&tr, deadline);
+	if (!ret && npaths) {
+		double t1 = mono_s();
+
+		ret = path4_extract(&tr, paths, npaths, deadline);
+		r->paths_s = mono_s() - t1;
+	}
 	if (ret == -EFAULT)
 		snprintf(err, errlen, "cannot read the heap of PID %d while tracing it", (int)t->pid);
 	else if (ret == -ENOMEM)
 		snprintf(err, errlen, "no memory for the trace");
 	r->index_bytes += tr.cap * sizeof(*tr.work) + tr.scap * 10 + tr.nslots * (LINE_BYTES + 16) +
-			  (tr.line0 ? tr.line0[hx->nchunks] * 17 : 0);
+			  (tr.line0 ? tr.line0[hx->nchunks] * 17 : 0) + (tr.parent ? hx->nblocks * 4 : 0);
 	r->trace_s = mono_s() - t0;
+	free(tr.parent);
 	free_lines(&tr);
 	return ret;
 }

@@ -79,13 +79,58 @@ struct trace4_result {
 	uint64_t sweeps, line_reads; /* sweeps over the heap in address order, 16 KiB lines read */
 	uint64_t bytes_read, index_bytes;
 	double trace_s;
+	double paths_s;          /* of which the paths to the blocks asked for (trace4_run's paths) */
 	char not_read[256];      /* roots that could not be read (symbols missing), "" if none */
 };
 
-/* Trace the heap of t, stopped by fz, indexed in hx by walk4_census.  Stops
- * early (-ETIME) once CLOCK_MONOTONIC passes `deadline`.  Returns 0, or
- * -errno with err set (-EFAULT memory unreadable, -ENOMEM). */
+#define TRACE4_PATH_END 12      /* blocks shown at each end of a path */
+
+/* One block on a path from a root. */
+struct trace4_hop {
+	uint64_t v;              /* the block: the address of its first field in the target */
+	uint32_t wosize;         /* its size in words, header excluded */
+	int32_t field;           /* the field of the block before it that holds it; -1 for the root's own value,
+				  * or not found among the first 4096 fields */
+	uint8_t tag;
+};
+
+enum trace4_path_status {
+	TRACE4_PATH_REACHED = 0, /* reachable: the path is filled in */
+	TRACE4_PATH_UNREACHABLE, /* a live block no root reaches: garbage the GC has not swept yet */
+	TRACE4_PATH_NOT_BLOCK,   /* not a live block of the indexed heap at the stop */
+	TRACE4_PATH_SKIPPED,     /* not followed: the deadline passed first */
+};
+
+/* A path from a root to one block, found by the trace: each block on it
+ * was first reached from the one before it (a spanning tree of the trace,
+ * in address order, not breadth first: in a tree -- most OCaml data --
+ * the only path, with sharing not always the shortest). */
+struct trace4_path {
+	uint64_t v;              /* given: the block (address of its first field) */
+	enum trace4_path_status status;
+	uint16_t root_label;     /* the root it starts from: a group's 1..TRACE4_MAX_GROUPS, a field's
+				  * TRACE4_MAX_GROUPS + 1 + its index (trace4_label_name) */
+	uint16_t label;          /* who retains v: the same kind of label, or TRACE4_LABEL_SHARED */
+	bool via_static;         /* the root reached head[0] through a block of the program's static data */
+	uint64_t length;         /* blocks on it, the root's value first and v last */
+	unsigned nhead, ntail;   /* head[]: the first blocks from the root's value; tail[]: the last, ending
+				  * with v; length - nhead - ntail blocks between them not shown */
+	struct trace4_hop head[TRACE4_PATH_END], tail[TRACE4_PATH_END];
+};
+
+#define TRACE4_LABEL_SHARED 0xFFFF
+
+/* The name of a label of r: "global Leak field 3", "stack Asmgen.fun",
+ * "shared by several root groups". */
+void trace4_label_name(const struct trace4_result *r, uint16_t label, char *buf, size_t len);
+
+/* Trace the heap of t, stopped by fz, indexed in hx by walk4_census.  With
+ * npaths > 0, also the path from a root to each of paths[0..npaths)'s
+ * blocks (their v given; 4 more bytes of camlheap's memory per heap block
+ * meanwhile).  Stops early (-ETIME) once CLOCK_MONOTONIC passes
+ * `deadline`.  Returns 0, or -errno with err set (-EFAULT memory
+ * unreadable, -ENOMEM). */
 int trace4_run(const struct target *t, const struct heap_freeze *fz, struct heap_index *hx, double deadline,
-	       struct trace4_result *r, char *err, size_t errlen);
+	       struct trace4_result *r, struct trace4_path *paths, size_t npaths, char *err, size_t errlen);
 
 #endif

@@ -10,7 +10,7 @@
 
 #include "heap/trace4.h"
 
-#define LABEL_SHARED 0xFFFF
+#define LABEL_SHARED TRACE4_LABEL_SHARED
 _Static_assert(TRACE4_MAX_GROUPS + TRACE4_MAX_FIELDS < LABEL_SHARED, "labels fit in uint16_t below LABEL_SHARED");
 
 /* A block reached under a label, pending in its line's list. */
@@ -20,7 +20,13 @@ struct trace_item {
 			    * LABEL_SHARED */
 	uint32_t next;     /* the next item of its line, or of the free list */
 	uint32_t from;     /* 0: a block to visit; else its fields from this one on (a range) */
+	uint32_t parent;   /* who reached it: a block's number, or PARENT_ROOT | its root's label (with
+			    * PARENT_STATIC: through a block of the program's static data) */
 };
+
+#define PARENT_ROOT 0x80000000u
+#define PARENT_STATIC 0x40000000u
+#define PARENT_LABEL 0xFFFFu
 
 struct tracer {
 	const struct target *t;
@@ -54,6 +60,8 @@ struct tracer {
 	uint64_t *skeys;             /* static blocks seen: open addressing, 0 empty */
 	uint16_t *slabel;
 	size_t scap, scount;
+	uint32_t ctx;                /* the parent the pushes made now record (struct trace_item's parent) */
+	uint32_t *parent;            /* with paths asked for: per block number, who first reached it (as ctx) */
 };
 
 /* Read len bytes of the target at addr.  0 or -EFAULT. */
@@ -72,6 +80,10 @@ unsigned tracer_field(struct tracer *tr, unsigned label, uint32_t block, uint32_
 /* A root value of group `label`: traced if it points to a live major
  * block (or, exact, to a block in the executable's data). */
 void tracer_root(struct tracer *tr, unsigned label, uint64_t v, bool exact);
+
+/* The paths to paths[0..n)'s blocks (path4.c), from tr->parent, the
+ * target still stopped; until `deadline`.  Returns 0 or -errno. */
+int path4_extract(struct tracer *tr, struct trace4_path *paths, size_t n, double deadline);
 
 /* The roots (roots4.c): every group and its values through tracer_root.
  * Returns 0 or -errno (err set). */
