@@ -17,6 +17,11 @@
 
 const volatile __u32 executor = CH_EXEC_OBSERVE;
 const volatile __u32 tracer_tgid = 0;
+/* Set by user space (sampler_pause_executor) when the ptrace executor lets
+ * go while the probes stay (census --retainers stops the program itself at
+ * the end, and its own stop must not take a write request's SIGURG): no
+ * write is queued and no thread signalled from then on. */
+volatile __u32 exec_paused;
 
 /* May the ptrace executor stop the current thread with SIGURG?  Not if the
  * thread blocks SIGURG (OCaml 5's domain backup threads block every signal:

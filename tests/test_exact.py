@@ -172,8 +172,8 @@ def test_exact_options_are_checked():
     assert r.returncode != 0 and b"--exact takes no" in r.stderr, r.stderr
     r = subprocess.run([chtest.CAMLHEAP, "census", "-p", "1", "--max-pause", "2"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
-    assert r.returncode != 0 and b"--exact options" in r.stderr, r.stderr
-    r = subprocess.run([chtest.CAMLHEAP, "census", "-p", "1", "--retainers", "--rate", "1e-3"],
+    assert r.returncode != 0 and b"--exact and --retainers options" in r.stderr, r.stderr
+    r = subprocess.run([chtest.CAMLHEAP, "census", "-p", "1", "--exact", "--retainers", "--rate", "1e-3"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
     assert r.returncode != 0 and b"samples nothing" in r.stderr, r.stderr
     r = subprocess.run([chtest.CAMLHEAP, "census", "-p", "1", "--exact", "-o", "/tmp/x.svg"],

@@ -29,6 +29,7 @@ import test_malloc as _malloc
 import test_minor as _minor
 import test_outheap as _outheap
 import test_recording as _recording
+import test_retainers as _retainers
 import test_sampling as _sampling
 import test_stacks as _stacks
 import test_top as _top
@@ -135,6 +136,7 @@ CHECKS4_EXTRA = [
     (_exact, "test_retainers_c_global_root"),
     (_exact, "test_retainers_ephemeron_data_is_not_retained_strongly"),
     (_exact, "test_retainers_fields_retain_their_structure_and_name_the_stdlib_containers"),
+    (_retainers, "test_paths_of_the_leak_fixture"),
 ]
 
 for _name in RELEASES4:
@@ -194,6 +196,7 @@ CHECKS5 = [
     (_window, "test_heap_under_way_at_attach_is_not_in_the_window", ("5.1.0", "5.2.0", "5.3.0", "5.4.1")),
     (_window, "test_one_window_with_camlheap_slowed_under_load", ("5.3.0",)),
     (_exact, "check_exact_refuses_ocaml5", ("5.3.0",)),
+    (_retainers, "check_retainers_refuses_ocaml5", ("5.3.0",)),
 ]
 
 for _mod, _check, _versions in CHECKS5:

@@ -242,7 +242,7 @@ static __always_inline void minor_apply_limit(struct ch_proc *p, struct minor_vi
 		/* Stop only a thread camlheap traces, and never once camlheap
 		 * is dying (its links outlive its ptrace, ~0.3 s measured:
 		 * kernel/exit.c do_exit runs exit_files before exit_notify). */
-		if (!BPF_CORE_READ(task, ptrace) || BPF_CORE_READ(task, parent, tgid) != tracer_tgid ||
+		if (exec_paused || !BPF_CORE_READ(task, ptrace) || BPF_CORE_READ(task, parent, tgid) != tracer_tgid ||
 		    (BPF_CORE_READ(task, parent, flags) & CH_PF_EXITING)) {
 			count(CH_CNT_WRITE_SKIPPED, 1);
 			return;

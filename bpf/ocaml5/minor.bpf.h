@@ -258,7 +258,7 @@ static __always_inline void minor5_apply_limit(struct ch_proc *p, struct ch_doma
 		return;
 	}
 	task = (struct task_struct *)bpf_get_current_task();
-	if (!BPF_CORE_READ(task, ptrace) || BPF_CORE_READ(task, parent, tgid) != tracer_tgid ||
+	if (exec_paused || !BPF_CORE_READ(task, ptrace) || BPF_CORE_READ(task, parent, tgid) != tracer_tgid ||
 	    (BPF_CORE_READ(task, parent, flags) & CH_PF_EXITING)) {
 		count(CH_CNT_WRITE_SKIPPED, 1);
 		return;

@@ -133,6 +133,11 @@ static const char census_doc[] =
 	"what is reachable, and what each group of roots (a module's globals, a function's stack frame, the C "
 	"global roots, ...) alone keeps alive.\n"
 	"\n"
+	"With --retainers and no --exact, the sampled census as above, then in the same way a stop at its end "
+	"and a trace from the roots: under each site, the paths from the roots that keep its live sampled "
+	"blocks alive (the root, the blocks on the way by tag and size, the stdlib's containers by their shape), "
+	"grouped by shape.\n"
+	"\n"
 	"With --on, the census is written at the moment the program's memory runs out: when the kernel's OOM "
 	"killer chooses it (oom: the census is that of the kill), when its memory pressure rises (pressure), or "
 	"when its RSS reaches a size (rss=SIZE). Attach early: only blocks allocated since are in it. Exit 1, "
@@ -142,7 +147,8 @@ static const char census_doc[] =
 	"  camlheap census -p 1234 --rate 1e-4 --wait-major 3 -o census.txt\n"
 	"  camlheap census -p 1234 --on oom,rss=2G -o at-oom.txt\n"
 	"  camlheap census -p 1234 --exact -o heap.json\n"
-	"  camlheap census -p 1234 --retainers --max-pause 5";
+	"  camlheap census -p 1234 --exact --retainers --max-pause 5\n"
+	"  camlheap census -p 1234 --retainers --wait-major 2";
 
 static const struct argp_option census_options[] = {
 	{ "pid", 'p', "PID", 0, "The running process (required)", 0 },
@@ -166,11 +172,14 @@ static const struct argp_option census_options[] = {
 	{ "exact", OPT_EXACT, NULL, 0,
 	  "Count every block of the major heap, the program stopped meanwhile (OCaml 4.12-4.14; no sampling)", 1 },
 	{ "retainers", OPT_RETAINERS, NULL, 0,
-	  "With --exact (implied): trace from the roots, what is reachable and what each group of roots retains", 1 },
+	  "At the census's end, stop the program and trace its heap from the roots (OCaml 4.12-4.14): under each "
+	  "site, the paths from the roots that keep its sampled blocks alive. With --exact: what is reachable and "
+	  "what each group of roots retains", 1 },
 	{ "max-pause", OPT_MAX_PAUSE, "SECONDS", 0,
-	  "--exact: stop the walk (nothing written, exit 1) once the program was stopped this long (default 1)", 1 },
+	  "--exact, --retainers: stop the walk once the program was stopped this long (default 1; --exact then "
+	  "writes nothing and exits 1, a sampled census goes without paths)", 1 },
 	{ "max-wait", OPT_MAX_WAIT, "SECONDS", 0,
-	  "--exact: look this long for a moment outside the memory manager (default 5)", 1 },
+	  "--exact, --retainers: look this long for a moment outside the memory manager (default 5)", 1 },
 	{ "format", 'f', "FORMAT", 0, "text (default) or json (also from -o NAME.json; JSON: docs/json.md)", 1 },
 	{ 0 }
 };
@@ -236,8 +245,14 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 						  "--executor, --max-tracked or --on: it samples nothing");
 			return;
 		}
-		if (o->max_pause_s > 0 || o->max_wait_s > 0)
-			argp_error(state, "--max-pause and --max-wait are --exact options");
+		if ((o->max_pause_s > 0 || o->max_wait_s > 0) && !o->retainers)
+			argp_error(state, "--max-pause and --max-wait are --exact and --retainers options");
+		if (o->retainers && o->on.set)
+			argp_error(state, "--retainers traces the heap at the census's end: not with --on");
+		if (o->retainers && !(o->max_pause_s > 0))
+			o->max_pause_s = 1.0;
+		if (o->retainers && !(o->max_wait_s > 0))
+			o->max_wait_s = 5.0;
 		if (o->on.set && o->wait_major)
 			argp_error(state, "--on ends the census at its trigger: give no --wait-major (--duration: the "
 					  "longest wait)");
@@ -292,7 +307,7 @@ static bool census_parse(int key, char *arg, struct record_opts *o, struct argp_
 		o->exact = true;
 		break;
 	case OPT_RETAINERS:
-		o->exact = o->retainers = true;
+		o->retainers = true;
 		break;
 	case OPT_ON: {
 		char err[512];

@@ -40,9 +40,8 @@
 #include "target/symbolize.h"
 #include "output/outfile.h"
 #include "cmd/serve.h"
+#include "cmd/census_paths.h"
 
-#define RINGBUF_BYTES (16u << 20)
-#define RINGBUF_BYTES_SERVE (4u << 20) /* a worker's events are thinned to its budget */
 #define STACKS_SENT_SERVE 16384u       /* a worker's sent-stack ids (sampler_config) */
 
 
@@ -95,6 +94,7 @@ struct run {
 	int sigfd, pidfd, timerfd, status, exit_code;
 	bool exe_unsupported;   /* not native OCaml, or an unsupported runtime */
 	bool reaped;
+	struct report_retention retention; /* census --retainers */
 };
 
 /* CAMLHEAP_DEBUG: the time since the last phase, said. */
@@ -266,6 +266,8 @@ static int run_plan(struct run *r)
 			 o->on.set ? " (--on)" : "", r->meta.census_off_why);
 		return -ENOTSUP;
 	}
+	if (o->retainers && (ret = census_paths_check(t, r->msg, sizeof(r->msg))) < 0)
+		return ret;
 	r->meta.executor = record_executor_name(r->ex);
 	if (o->malloc) {
 		ret = malloc_probes_plan(t->pid, t->img, &t->rt, &mprobes, r->msg, sizeof(r->msg));
@@ -657,6 +659,7 @@ static int run_end(struct run *r)
 	struct target *t = &r->t;
 
 	sampler_close(r->smp);
+	census_paths_free(&r->retention);
 	profile_free(r->prof);
 	if (t->launched && !r->reaped)
 		r->reaped = record_wait_for_command(t->pid, r->sigfd, r->pidfd, &r->status, &r->exit_code);
@@ -686,6 +689,7 @@ static int run_fail(struct run *r)
 		kill(t->pid, SIGKILL); /* before the detach: it must not run unprofiled */
 	ptexec_free(r->px);
 	sampler_close(r->smp);
+	census_paths_free(&r->retention);
 	profile_free(r->prof);
 	target_release(t);
 	if (t->launched) {
@@ -714,21 +718,6 @@ static int run_fail(struct run *r)
 	return 2;
 }
 
-/* The ring buffer's size: RINGBUF_BYTES (a service worker's smaller), or a
- * test knob's (a small ring makes the overflow paths run). */
-static uint32_t ringbuf_bytes(bool serve)
-{
-	const char *rb_env = getenv("CAMLHEAP_RINGBUF_BYTES");
-
-	if (rb_env) {
-		unsigned long v = strtoul(rb_env, NULL, 0);
-
-		if (v >= 4096 && v <= (1ul << 30) && !(v & (v - 1)))
-			return (uint32_t)v;
-	}
-	return serve ? RINGBUF_BYTES_SERVE : RINGBUF_BYTES;
-}
-
 bool record_quiet;
 
 int record_run(const struct record_opts *o)
@@ -742,7 +731,7 @@ int record_run(const struct record_opts *o)
 		.t = { .pid = o->pid, .exe_fd = -1 },
 		.cfg = { .rate = o->rate,
 			 .max_frames = o->max_frames,
-			 .ringbuf_bytes = ringbuf_bytes(o->serve),
+			 .ringbuf_bytes = record_ringbuf_bytes(o->serve),
 			 .stacks_sent_cap = o->serve ? STACKS_SENT_SERVE : 0,
 			 .census = !o->no_census,
 			 .max_tracked = o->max_tracked,
@@ -783,6 +772,13 @@ int record_run(const struct record_opts *o)
 	run_meta_at_attach(&r);
 	if (run_start(&r))
 		record_until_stop(o, &r.t, r.smp, &r.intake, r.sigfd, r.pidfd, r.timerfd, r.reason, sizeof(r.reason));
+	/* census --retainers: the paths while the probes still follow the blocks, if the target lives */
+	if (o->retainers && (r.intake.exec || kill(r.t.pid, 0) < 0))
+		snprintf(r.retention.why_not, sizeof(r.retention.why_not), "PID %d ended first", r.t.pid);
+	else if (o->retainers && census_paths_take(&r.t, r.smp, r.px, r.prof, o->max_pause_s, o->max_wait_s,
+						   &r.retention) < 0)
+		snprintf(r.retention.why_not, sizeof(r.retention.why_not), "no memory for the trace");
+	r.meta.retention = o->retainers ? &r.retention : NULL;
 	run_detach(&r);
 	if (o->topo)
 		run_finish_top(&r);

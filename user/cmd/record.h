@@ -52,8 +52,8 @@ struct record_opts {
 	struct census_on on;       /* census --on: write it when one of these triggers fires (census_on.h) */
 	bool exact;                /* census --exact: walk the whole major heap instead (cmd/census_exact.h) */
 	bool retainers;            /* census --retainers: and trace it from the roots */
-	double max_pause_s;        /* census --exact: the longest stop of the target, seconds */
-	double max_wait_s;         /* census --exact: how long to look for a consistent stop, seconds */
+	double max_pause_s;        /* census --exact, --retainers: the longest stop of the target, seconds */
+	double max_wait_s;         /* census --exact, --retainers: how long to look for a consistent stop, seconds */
 	bool malloc;               /* --malloc: sample libc malloc/free and anonymous mmap too */
 	double budget_sps;         /* --budget: samples kept per second at most (0: no budget) */
 	/* `camlheap serve`'s worker (serve.h): one per target process */

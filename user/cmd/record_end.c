@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -126,4 +127,20 @@ void record_census_on_fired(struct intake *in)
 	in->meta->trigger = NULL;
 	serve_send(in, "trigger %s %s %s", in->watch.kind, in->meta->census_on ? "census" : "heap", in->watch.what);
 	census_watch_rearm(&in->watch);
+}
+
+#define RINGBUF_BYTES (16u << 20)
+#define RINGBUF_BYTES_SERVE (4u << 20) /* a worker's events are thinned to its budget */
+
+uint32_t record_ringbuf_bytes(bool serve)
+{
+	const char *rb_env = getenv("CAMLHEAP_RINGBUF_BYTES");
+
+	if (rb_env) {
+		unsigned long v = strtoul(rb_env, NULL, 0);
+
+		if (v >= 4096 && v <= (1ul << 30) && !(v & (v - 1)))
+			return (uint32_t)v;
+	}
+	return serve ? RINGBUF_BYTES_SERVE : RINGBUF_BYTES;
 }

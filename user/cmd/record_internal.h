@@ -221,6 +221,12 @@ int record_watch_start(struct intake *in, const struct record_opts *o, struct sa
  * goes on. */
 void record_census_on_fired(struct intake *in);
 
+/* The ring buffer's size, bytes: 16 MiB (a service worker's 4 MiB: its
+ * events are thinned to its budget), or CAMLHEAP_RINGBUF_BYTES's (a test
+ * knob: a small ring makes the overflow paths run; a power of two from
+ * 4096 to 1 GiB). */
+uint32_t record_ringbuf_bytes(bool serve);
+
 /* The directory of record_write_periodic's files into buf (len bytes): a
  * service worker's --outdir, else that of -o FILE, else ".". */
 void record_snapdir(const struct record_opts *o, char *buf, size_t len);

@@ -35,6 +35,7 @@ struct ptexec {
 	pthread_cond_t cv;
 	enum phase phase;
 	volatile int stop_req;
+	bool stopped;           /* ptexec_stop has run (a second call does nothing) */
 	int result;
 	char err[1024];
 
@@ -719,8 +720,9 @@ int ptexec_run(struct ptexec *x, int write_req_fd, bool keep_cpus_awake)
 
 void ptexec_stop(struct ptexec *x)
 {
-	if (!x)
+	if (!x || x->stopped)
 		return;
+	x->stopped = true;
 	pthread_mutex_lock(&x->mu);
 	if (x->phase == PH_READY) {
 		x->phase = PH_STOP;

@@ -68,7 +68,8 @@ int ptexec_run(struct ptexec *x, int write_req_fd, bool keep_cpus_awake);
 /* Detach from every thread, after the uprobes are gone: each thread is
  * interrupted, a write still queued for it is performed first, and it is
  * detached with its own pending signal (a group-stop survives).  Then the
- * executor thread ends.  Safe to call in any state. */
+ * executor thread ends.  Safe to call in any state, and again (then it does
+ * nothing). */
 void ptexec_stop(struct ptexec *x);
 
 /* True once the target's main thread exited while traced; *status is its

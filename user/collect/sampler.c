@@ -587,6 +587,12 @@ int sampler_set_window_gate(struct sampler *s, enum ch_window_gate gate)
 	return 0;
 }
 
+void sampler_pause_executor(struct sampler *s)
+{
+	if (s && s->skel && s->skel->bss)
+		__atomic_store_n(&s->skel->bss->exec_paused, 1u, __ATOMIC_RELEASE);
+}
+
 const char *sampler_probe_links(const struct sampler *s)
 {
 	return s->multi ? "uprobe_multi links" : "perf-event uprobes";

@@ -147,6 +147,27 @@ uint64_t sampler_oom_victim_ns(const struct sampler *s, pid_t pid);
  * link.  Returns 0 or -errno. */
 int sampler_stop_sampling(struct sampler *s, pid_t pid);
 
+/* The ptrace executor is about to let go while the probes stay: the BPF
+ * programs queue no more writes for it and signal no thread (SIGURG) from
+ * now on (bpf/minor.bpf.h exec_paused); the minor heap is then sampled no
+ * more, the sampled blocks are still followed.  For good: nothing resumes
+ * it. */
+void sampler_pause_executor(struct sampler *s);
+
+/* A sampled block followed. */
+struct sampler_block {
+	uint64_t addr;     /* the block (value: its first field), runtime address */
+	uint64_t sample_id;
+	bool young;        /* in the minor heap (young_tracked), else the major heap (major_tracked) */
+};
+
+/* Before sampler_stop_sampling, the target stopped (so that the sets do
+ * not move): the sampled blocks the kernel follows in pid's heaps as alive
+ * (not found dead, no death waiting to be sent), into *out (malloc'd, *n of
+ * them, the major heap's first; free it).  Returns 0, -ENOENT (pid not
+ * sampled) or -ENOMEM. */
+int sampler_followed_blocks(const struct sampler *s, pid_t pid, struct sampler_block **out, size_t *n);
+
 /* After sampler_stop_sampling and sampler_consume: hand the callback the
  * fate events the kernel still held because the ring buffer was full when
  * they happened (promotions and deaths kept in the major tracking array),

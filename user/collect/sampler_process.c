@@ -1,12 +1,14 @@
 /* sampler_process.c -- what the kernel's programs recorded of a followed
  * process, read from their maps (sampler.h): when its minor heap was first
  * armed (`procs`), how it ended and whether the OOM killer chose it
- * (`exits`, include/camlheap.h struct ch_exit). */
+ * (`exits`, include/camlheap.h struct ch_exit), and which sampled blocks
+ * it follows now (`major_tracked`, `young_tracked`). */
 #define _GNU_SOURCE
 #include "collect/sampler_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -55,4 +57,31 @@ uint64_t sampler_oom_victim_ns(const struct sampler *s, pid_t pid)
 	if (!s || bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.exits), &key, &e) != 0)
 		return 0;
 	return e.flags & CH_EXIT_OOM_VICTIM ? e.oom_ns : 0;
+}
+
+int sampler_followed_blocks(const struct sampler *s, pid_t pid, struct sampler_block **out, size_t *n)
+{
+	__u32 key = (__u32)pid;
+	struct ch_proc p;
+	struct sampler_block *v;
+	int fd[2] = { bpf_map__fd(s->skel->maps.major_tracked), bpf_map__fd(s->skel->maps.young_tracked) };
+
+	*out = NULL;
+	*n = 0;
+	if (bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.procs), &key, &p) != 0)
+		return -ENOENT;
+	v = calloc((size_t)p.major_n + p.young_n + 1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (int young = 0; young < 2; young++)
+		for (__u32 i = 0; i < (young ? p.young_n : p.major_n); i++) {
+			struct ch_tracked e;
+
+			/* a pending final fate is a death not yet sent: not alive */
+			if (bpf_map_lookup_elem(fd[young], &i, &e) == 0 && e.tgid == key &&
+			    !(e.state & (CH_TRK_DEAD | CH_TRK_PEND_FATE)))
+				v[(*n)++] = (struct sampler_block){ e.addr, e.sample_id, young };
+		}
+	*out = v;
+	return 0;
 }

@@ -31,6 +31,55 @@ enum report_value {
 	REPORT_VALUE_PEAK,       /* the most estimated bytes the site had alive at once (census) */
 };
 
+#define REPORT_PATH_END 12 /* blocks shown at each end of a path (heap/trace4.h TRACE4_PATH_END) */
+
+/* One block on a path from a root to a sampled block (census --retainers). */
+struct report_hop {
+	uint32_t wosize;                   /* its size, words (header excluded) */
+	int32_t field;                     /* the field of the block before it that holds it, -1: the root's value
+					    * or not found */
+	uint8_t tag;                       /* its header's tag */
+	const struct profile_site *site;   /* a sampled block itself: its site, else NULL */
+	int what;                          /* its description, an index into report_retention.strs, or -1 */
+};
+
+enum report_path_status {
+	REPORT_PATH_REACHED = 0,           /* reachable: root and blocks filled in */
+	REPORT_PATH_UNREACHABLE,           /* alive for the census, but no root reaches it: garbage not swept yet */
+	REPORT_PATH_YOUNG,                 /* in the minor heap, which was not traced (a thread was in OCaml code) */
+	REPORT_PATH_SKIPPED,               /* not followed: --max-pause passed first */
+};
+
+/* The path that keeps one live sampled block alive, found at the census's
+ * end with the target stopped (heap/trace4.h struct trace4_path). */
+struct report_path {
+	const struct profile_site *site;   /* the sampled block's */
+	uint64_t samples;                  /* the samples it stands for */
+	uint8_t status;                    /* enum report_path_status */
+	bool via_static;                   /* the root reached the first block through the program's static data */
+	int root;                          /* the root's name ("global Leak field 3"), an index into strs */
+	int owner;                         /* who alone retains it ("global Leak field 3", "shared by ..."), strs */
+	uint64_t length;                   /* blocks on it, the root's value first, the sampled block last */
+	uint8_t nhead, ntail;              /* head: the first blocks; tail: the last; length - nhead - ntail between */
+	struct report_hop head[REPORT_PATH_END], tail[REPORT_PATH_END];
+};
+
+/* census --retainers: what keeps each live sampled block alive, found by
+ * a trace from the roots at the end (cmd/census_paths.h). */
+struct report_retention {
+	char why_not[512];                 /* "" if traced, else why there are no paths */
+	double pause_s;                    /* the target stopped, seconds */
+	double gap_s;                      /* from the census's end to the stop, seconds (the target ran, sampled no
+					    * more with the ptrace executor, its sampled blocks still followed) */
+	unsigned stops;                    /* stops tried until one was outside the memory manager */
+	double trace_s;                    /* of which the walk and the trace */
+	uint64_t heap_words, reachable_words; /* the major heap then, and what the roots reach (words) */
+	struct report_path *paths;
+	size_t npaths;
+	char **strs;                       /* names and descriptions the paths point to */
+	size_t nstrs;
+};
+
 /* What the header of a report states besides the profile itself. */
 struct report_meta {
 	int pid;
@@ -108,6 +157,7 @@ struct report_meta {
 	const char *rss_when;          /* "read at the end", "last read 0.3 s before the end" */
 	bool rss_live_set;             /* the live samples below were taken with the reading (else: at the end) */
 	uint64_t rss_live_bigarray, rss_live_malloc, rss_live_custom; /* live samples then, by kind */
+	const struct report_retention *retention; /* census --retainers: the paths, else NULL */
 };
 
 /* Write the text report: the first line names the executor and says which

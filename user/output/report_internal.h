@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include <glib.h>
+#include <json-glib/json-glib.h>
 
 #include "output/report.h"
 
@@ -114,6 +115,8 @@ struct report_groups {
 	size_t nfuncs;
 	uint64_t total;              /* the value summed over every stack, samples */
 	size_t *stack_ix;            /* storage of the points' stack lists */
+	size_t *path_of;             /* census --retainers: per path of m->retention, its point (or with --by stack
+				      * its stack group), (size_t)-1 for none; NULL: not made (report_paths_index) */
 };
 
 /* The value a group is ranked by: samples, live or peak live samples. */
@@ -130,6 +133,31 @@ void report_groups_free(struct report_groups *r);
  * site in none, which does not happen for the profile's own sites). */
 void report_points_of_sites(const struct report_groups *r, struct modules *mods, const struct profile_site *const *sites,
 			    size_t n, size_t *out);
+
+/* The same for r->stacks: the index of each site's stack group (sites
+ * merged by kind and printed stack). */
+void report_stacks_of_sites(const struct report_groups *r, struct modules *mods, const struct profile_site *const *sites,
+			    size_t n, size_t *out);
+
+/* census --retainers, under entry `gi` of r (a point, or with by_stack a
+ * stack group): the paths that keep its live sampled blocks alive, grouped
+ * by shape (report_paths.c).  Nothing if m->retention is NULL. */
+void report_paths_text(FILE *out, const struct report_meta *m, struct modules *mods, const struct report_groups *r,
+		       size_t gi);
+
+/* census --retainers: r->path_of made (nothing if m->retention has no
+ * paths, or no memory). */
+void report_paths_index(const struct report_meta *m, struct modules *mods, struct report_groups *r, bool by_stack);
+
+/* census --retainers: JSON member "retainers" (docs/json.md), the paths
+ * grouped by shape under each of sites[0..nsites) (the "sites" array's
+ * order).  Nothing if m->retention is NULL. */
+void report_paths_json(JsonBuilder *jb, const struct report_meta *m, const struct profile_site *const *sites,
+		       size_t nsites);
+
+/* census --retainers: the header line (the stop, the pause, or why no
+ * paths). */
+void report_paths_header(FILE *out, const struct report_meta *m);
 
 /* A ranked group's header in the text report: "#rank  kind  estimate
  * [95% CI]  samples  share of `total`" (of m->value), "at POINT" when `at`

@@ -511,6 +511,7 @@ int report_write_json(FILE *out, const struct profile *p, const struct report_me
 		json_site(jb, p, m, mods, sites[i], stack_ix);
 	json_builder_end_array(jb);
 	json_points(jb, p, m, mods, sites, nsites);
+	report_paths_json(jb, m, (const struct profile_site *const *)sites, nsites);
 	json_builder_end_object(jb);
 
 	root = json_builder_get_root(jb);

@@ -318,6 +318,7 @@ void report_groups_free(struct report_groups *r)
 	free(r->points);
 	free(r->stack_ix);
 	free(r->funcs);
+	free(r->path_of);
 	memset(r, 0, sizeof(*r));
 }
 

@@ -284,6 +284,44 @@ static int group_cmp_peak(const void *a, const void *b)
 	return group_cmp(a, b);
 }
 
+/* The key a site is merged by: its kind and printed stack. */
+static struct group_key *group_key_of(struct frame_ids *fi, struct modules *mods, const struct profile_site *s)
+{
+	struct group_key *k = g_new0(struct group_key, 1);
+
+	k->kind = s->kind;
+	k->subtype = s->subtype;
+	k->domain = s->domain;
+	k->term = s->stack ? s->stack->term : 0xff;
+	k->n = s->stack ? s->stack->nframes : 0;
+	k->ids = g_new(guint, k->n ? k->n : 1);
+	for (uint32_t j = 0; j < k->n; j++)
+		k->ids[j] = frame_id(fi, mods, s->stack->frames[j], j == 0 ? s->alloc_idx : 0);
+	return k;
+}
+
+void report_stacks_of_sites(const struct report_groups *r, struct modules *mods, const struct profile_site *const *sites,
+			    size_t n, size_t *out)
+{
+	GHashTable *index = g_hash_table_new_full(group_key_hash, group_key_equal, group_key_free, NULL);
+	struct frame_ids fi = {
+		.by_pc = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL),
+		.by_text = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
+	};
+
+	for (size_t i = 0; i < r->nstacks; i++)
+		g_hash_table_insert(index, group_key_of(&fi, mods, r->stacks[i].site), GSIZE_TO_POINTER(i + 1));
+	for (size_t i = 0; i < n; i++) {
+		struct group_key *k = group_key_of(&fi, mods, sites[i]);
+
+		out[i] = GPOINTER_TO_SIZE(g_hash_table_lookup(index, k)) - 1; /* (size_t)-1: not found */
+		group_key_free(k);
+	}
+	g_hash_table_destroy(index);
+	g_hash_table_destroy(fi.by_pc);
+	g_hash_table_destroy(fi.by_text);
+}
+
 /* Sites merged by kind and printed stack, sorted by samples (by live or
  * peak live samples: `by`, an enum report_value). */
 struct site_group *report_group_sites(const struct profile *p, struct modules *mods, size_t *count, int by)
@@ -299,17 +337,9 @@ struct site_group *report_group_sites(const struct profile *p, struct modules *m
 
 	for (size_t i = 0; g && i < nsites; i++) {
 		const struct profile_site *s = sites[i];
-		struct group_key *k = g_new0(struct group_key, 1);
+		struct group_key *k = group_key_of(&fi, mods, s);
 		gpointer at;
 
-		k->kind = s->kind;
-		k->subtype = s->subtype;
-		k->domain = s->domain;
-		k->term = s->stack ? s->stack->term : 0xff;
-		k->n = s->stack ? s->stack->nframes : 0;
-		k->ids = g_new(guint, k->n ? k->n : 1);
-		for (uint32_t j = 0; j < k->n; j++)
-			k->ids[j] = frame_id(&fi, mods, s->stack->frames[j], j == 0 ? s->alloc_idx : 0);
 		if (g_hash_table_lookup_extended(index, k, NULL, &at)) {
 			g[GPOINTER_TO_SIZE(at)].samples += s->samples;
 			group_add_census(&g[GPOINTER_TO_SIZE(at)], s);

@@ -601,6 +601,7 @@ static void census_stacks(FILE *out, const struct profile *p, const struct repor
 		lines = report_site_lines(r->stacks[i].site, mods);
 		report_print_lines(out, lines);
 		g_ptr_array_unref(lines);
+		report_paths_text(out, m, mods, r, i);
 	}
 }
 
@@ -638,8 +639,10 @@ int report_write_census(FILE *out, const struct profile *p, const struct report_
 			"census; use a lower --rate\n",
 			m->counters[CH_CNT_DROPPED_SAMPLES]);
 	census_header(out, p, m);
+	report_paths_header(out, m);
 	malloc_line(out, m);
 	resident_line(out, p, m);
+	report_paths_index(m, mods, &r, m->by_stack);
 	for (size_t i = 0; i < r.nstacks; i++)
 		live += r.stacks[i].live > 0;
 	if (!live)

@@ -279,6 +279,8 @@ static void point_detail(FILE *out, const struct profile *p, const struct report
 	if (pg->nstacks > ns)
 		fprintf(out, "    (%zu more callstack%s: %.1f%% of the point; --by stack lists every one)\n",
 			pg->nstacks - ns, report_plural(pg->nstacks - ns), pct(v - listed, v));
+	if (census)
+		report_paths_text(out, m, mods, r, rank);
 }
 
 void report_text_points(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods,
