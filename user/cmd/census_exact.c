@@ -107,13 +107,6 @@ static void closures_located(struct target *t, struct exact_run *x)
 	}
 }
 
-static int cmp_field_retained(const void *a, const void *b)
-{
-	const struct trace4_field *x = *(const struct trace4_field *const *)a, *y = *(const struct trace4_field *const *)b;
-
-	return x->retained.words < y->retained.words ? 1 : x->retained.words > y->retained.words ? -1 : 0;
-}
-
 /* The fields of group `gi` (an index into r->groups) that retain blocks,
  * those retaining the most first, into by (r->nfields entries); their
  * number. */
@@ -124,7 +117,7 @@ static unsigned group_fields(const struct trace4_result *r, unsigned gi, const s
 	for (unsigned i = 0; i < r->nfields; i++)
 		if (r->fields[i].group == gi && r->fields[i].retained.blocks)
 			by[n++] = &r->fields[i];
-	qsort(by, n, sizeof(*by), cmp_field_retained);
+	qsort(by, n, sizeof(*by), trace4_cmp_field_retained);
 	return n;
 }
 
@@ -316,16 +309,21 @@ static void json_count_member(JsonBuilder *jb, const char *name, const struct wa
 }
 
 /* A module group's fields retaining blocks alone, the most first. */
-static void json_fields(JsonBuilder *jb, const struct exact_run *x, unsigned gi)
+/* Fields by their group, then those retaining the most first. */
+static int cmp_group_field(const void *a, const void *b)
+{
+	const struct trace4_field *x = *(const struct trace4_field *const *)a, *y = *(const struct trace4_field *const *)b;
+
+	return x->group != y->group ? (x->group < y->group ? -1 : 1) : trace4_cmp_field_retained(a, b);
+}
+
+/* "fields" of a group: by[0..n), its fields that retain blocks. */
+static void json_fields(JsonBuilder *jb, const struct exact_run *x, const struct trace4_field *const *by, unsigned n)
 {
 	const struct trace4_result *r = x->tr;
-	const struct trace4_field **by = malloc(r->nfields * sizeof(*by) + 1);
-	unsigned n = by ? group_fields(r, gi, by) : 0;
 
-	if (!n) {
-		free(by);
+	if (!n)
 		return;
-	}
 	json_builder_set_member_name(jb, "fields");
 	json_builder_begin_array(jb);
 	for (unsigned i = 0; i < n; i++) {
@@ -340,12 +338,20 @@ static void json_fields(JsonBuilder *jb, const struct exact_run *x, unsigned gi)
 		json_builder_end_object(jb);
 	}
 	json_builder_end_array(jb);
-	free(by);
 }
 
 static void json_retainers(JsonBuilder *jb, const struct exact_run *x)
 {
 	const struct trace4_result *r = x->tr;
+	const struct trace4_field **by = malloc(r->nfields * sizeof(*by) + 1);
+	unsigned nby = 0, at = 0;
+
+	/* every group's fields, sorted once */
+	for (unsigned i = 0; by && i < r->nfields; i++)
+		if (r->fields[i].retained.blocks)
+			by[nby++] = &r->fields[i];
+	if (by)
+		qsort(by, nby, sizeof(*by), cmp_group_field);
 
 	json_builder_set_member_name(jb, "retainers");
 	json_builder_begin_object(jb);
@@ -354,15 +360,20 @@ static void json_retainers(JsonBuilder *jb, const struct exact_run *x)
 	json_builder_set_member_name(jb, "groups");
 	json_builder_begin_array(jb);
 	for (unsigned i = 0; i < r->ngroups; i++) {
+		unsigned from = at;
+
+		while (at < nby && by[at]->group == i)
+			at++;
 		json_builder_begin_object(jb);
 		json_member_str(jb, "name", r->groups[i].name);
 		json_builder_set_member_name(jb, "conservative");
 		json_builder_add_boolean_value(jb, r->groups[i].conservative);
 		json_member_int(jb, "roots", (int64_t)r->groups[i].roots);
 		json_count_member(jb, "retained", &r->groups[i].retained);
-		json_fields(jb, x, i);
+		json_fields(jb, x, by + from, at - from);
 		json_builder_end_object(jb);
 	}
+	free(by);
 	json_builder_end_array(jb);
 	json_member_int(jb, "fields_over_limit", (int64_t)r->fields_over);
 	json_member_int(jb, "shapes_skipped", (int64_t)r->shapes_skipped);

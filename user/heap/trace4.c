@@ -135,31 +135,36 @@ static bool in_data(const struct tracer *tr, uint64_t v)
 	return v >= tr->data_lo && v < tr->data_hi;
 }
 
+/* The block v points to: v itself if it is a live block's value, with
+ * `infix` the closure's if v points inside one at a closure of its
+ * recursive set (an infix header: runtime/caml/mlvalues.h
+ * Infix_offset_hd), else 0.  *c: its chunk. */
+static uint64_t block_of(struct tracer *tr, uint64_t v, bool infix, const struct hx_chunk **c)
+{
+	uint64_t hd;
+
+	if (hx_is_block(tr->hx, v, c))
+		return v;
+	if (infix && hx_in_heap(tr->hx, v - 8) && tracer_read(tr, v - 8, &hd, 8) == 0 && (hd & 0xff) == INFIX_TAG &&
+	    hx_is_block(tr->hx, v - 8 * (hd >> 10), c))
+		return v - 8 * (hd >> 10);
+	return 0;
+}
+
 /* A field (or root) value v under `label`: a live major block, an infix
  * pointer into a closure, or (exact only) a static block. */
 static void follow(struct tracer *tr, uint64_t v, uint16_t label, bool exact)
 {
 	const struct hx_chunk *c;
-	uint64_t hd;
-	int64_t b;
+	uint64_t b;
 
 	if ((v & 7) || v < 4096)
 		return;
 	if (v >= tr->young_lo && v < tr->young_hi && !tr->hx->minor_lo)
 		return; /* the minor heap, not indexed: a root group of its own */
-	if (hx_is_block(tr->hx, v, &c)) {
-		push(tr, v, c, label, 0);
-		return;
-	}
-	if (hx_in_heap(tr->hx, v - 8)) {
-		/* inside a closure: an infix header gives the closure's start
-		 * (runtime/caml/mlvalues.h Infix_offset_hd) */
-		if (exact && tracer_read(tr, v - 8, &hd, 8) == 0 && (hd & 0xff) == INFIX_TAG &&
-		    (b = hx_block(tr->hx, v - 8 * (hd >> 10), &c)) >= 0)
-			push(tr, v - 8 * (hd >> 10), c, label, 0);
-		return;
-	}
-	if (exact && in_data(tr, v) && visit_static(tr, v, label) < 0)
+	if ((b = block_of(tr, v, exact, &c)))
+		push(tr, b, c, label, 0);
+	else if (exact && !hx_in_heap(tr->hx, v - 8) && in_data(tr, v) && visit_static(tr, v, label) < 0)
 		tr->overflow = true;
 }
 
@@ -178,14 +183,11 @@ unsigned tracer_field(struct tracer *tr, unsigned label, uint32_t block, uint32_
 	struct trace4_result *r = tr->r;
 	const struct hx_chunk *c;
 	struct trace4_field *f;
-	uint64_t hd;
 
 	if (label > TRACE4_MAX_GROUPS || (v & 7) || v < 4096)
 		return label;
 	/* a block, or a closure of a recursive set inside its set (as follow) */
-	if (!hx_is_block(tr->hx, v, &c) &&
-	    !(hx_in_heap(tr->hx, v - 8) && tracer_read(tr, v - 8, &hd, 8) == 0 && (hd & 0xff) == INFIX_TAG &&
-	      hx_is_block(tr->hx, v - 8 * (hd >> 10), &c)))
+	if (!block_of(tr, v, true, &c))
 		return label;
 	if (r->nfields == TRACE4_MAX_FIELDS) {
 		r->fields_over++;
@@ -629,7 +631,7 @@ static void free_lines(struct tracer *tr)
 	free(tr->lru_next);
 }
 
-static int cmp_field_retained(const void *a, const void *b)
+int trace4_cmp_field_retained(const void *a, const void *b)
 {
 	const struct trace4_field *x = *(const struct trace4_field *const *)a, *y = *(const struct trace4_field *const *)b;
 
@@ -649,7 +651,7 @@ static int describe_fields(struct tracer *tr, double deadline)
 	for (unsigned i = 0; i < r->nfields; i++)
 		if (r->fields[i].retained.words)
 			by[n++] = &r->fields[i];
-	qsort(by, n, sizeof(*by), cmp_field_retained);
+	qsort(by, n, sizeof(*by), trace4_cmp_field_retained);
 	for (unsigned i = 0; i < n && i < TRACE4_SHAPES; i++) {
 		struct trace4_field *f = &r->fields[by[i] - r->fields];
 

@@ -120,6 +120,10 @@ struct trace4_path {
 
 #define TRACE4_LABEL_SHARED 0xFFFF
 
+/* qsort comparator of pointers to struct trace4_field: the field
+ * retaining the most words first. */
+int trace4_cmp_field_retained(const void *a, const void *b);
+
 /* The name of a label of r: "global Leak field 3", "stack Asmgen.fun",
  * "shared by several root groups". */
 void trace4_label_name(const struct trace4_result *r, uint16_t label, char *buf, size_t len);
