@@ -17,6 +17,7 @@
 #include "heap/shape4.h"
 #include "heap/trace4.h"
 #include "heap/walk4.h"
+#include "target/proc.h"
 
 #define DESCRIBED_MAX 256 /* distinct blocks described by their shape (each a few reads, the target stopped) */
 #define DESCRIBED_HOPS 2  /* the first blocks of a path described (a root's container and what it holds) */
@@ -94,6 +95,15 @@ static double mono_now(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* A label's name (trace4_label_name), a group scanned conservatively
+ * marked " ~" as --exact marks it. */
+static void label_name(const struct trace4_result *r, uint16_t label, char *buf, size_t len)
+{
+	trace4_label_name(r, label, buf, len);
+	if (label >= 1 && label <= TRACE4_MAX_GROUPS && r->groups[label - 1].conservative)
+		snprintf(buf + strlen(buf), len - strlen(buf), " ~");
+}
+
 /* Path i in the report's terms, the target still stopped (its first blocks
  * described). */
 static void path_of(struct take *k, const struct trace4_result *r, const struct sampler_block *b,
@@ -123,11 +133,14 @@ static void path_of(struct take *k, const struct trace4_result *r, const struct 
 		p->status = REPORT_PATH_SKIPPED;
 		return;
 	}
-	p->status = REPORT_PATH_REACHED;
-	trace4_label_name(r, tp->root_label, name, sizeof(name));
+	label_name(r, tp->root_label, name, sizeof(name));
 	p->root = add_str(rr, k->seen, name);
-	trace4_label_name(r, tp->label, name, sizeof(name));
+	label_name(r, tp->label, name, sizeof(name));
 	p->owner = add_str(rr, k->seen, name);
+	/* no memory for a name: not shown as a path */
+	p->status = p->root < 0 || p->owner < 0 ? REPORT_PATH_SKIPPED : REPORT_PATH_REACHED;
+	if (p->status != REPORT_PATH_REACHED)
+		return;
 	p->via_static = tp->via_static;
 	p->length = tp->length;
 	p->nhead = (uint8_t)tp->nhead;
@@ -179,6 +192,15 @@ out:
 	return ret;
 }
 
+/* Has pid ended (gone, or a zombie not reaped yet: kill(pid, 0) still
+ * succeeds, ptrace does not)? */
+static bool ended(pid_t pid)
+{
+	char state = 0;
+
+	return proc_stat(pid, &state, NULL) < 0 || state == 'Z' || state == 'X';
+}
+
 int census_paths_take(struct target *t, struct sampler *smp, struct ptexec *px, const struct profile *prof,
 		      double max_pause_s, double max_wait_s, struct report_retention *out)
 {
@@ -192,6 +214,10 @@ int census_paths_take(struct target *t, struct sampler *smp, struct ptexec *px, 
 
 	memset(out, 0, sizeof(*out));
 	t_end = mono_now();
+	if (ended(t->pid)) {
+		snprintf(out->why_not, sizeof(out->why_not), "PID %d ended first", (int)t->pid);
+		return 0;
+	}
 	/* the ptrace executor and the stop cannot both trace the target: the
 	 * probes ask the executor for nothing more (a stop of camlheap's own
 	 * would take their SIGURG), the executor lets go, the probes still
@@ -211,12 +237,14 @@ int census_paths_take(struct target *t, struct sampler *smp, struct ptexec *px, 
 	 * which wakes pthread_join, comes before exit_notify's exit_ptrace) */
 	for (int tries = 0;; tries++) {
 		ret = heap_freeze_stop(&fz, t->pid, t->img, t->bias, max_wait_s, out->why_not, sizeof(out->why_not));
-		if (ret != -EPERM || !px || tries == 200)
+		if (ret != -EPERM || !px || tries == 200 || ended(t->pid))
 			break;
 		usleep(10000);
 	}
 	if (ret < 0) {
 		sigprocmask(SIG_SETMASK, &old_mask, NULL);
+		if (ended(t->pid))
+			snprintf(out->why_not, sizeof(out->why_not), "PID %d ended first", (int)t->pid);
 		return 0;
 	}
 	t0 = mono_now();

@@ -16,10 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #define MEMO_EVERY 256        /* a block remembered every this many from its root */
-#define FIELD_SCAN 4096       /* fields of the block before searched for the one that holds a block */
+#define FIELD_SCAN 512        /* fields of the block before searched for the one that holds a block */
+#define FIRST_FIELDS 16       /* fields read with the headers */
 #define INFIX_TAG 249
 
 struct memo_entry {
@@ -88,32 +90,48 @@ static const struct memo_entry *memo_get(const struct memo *m, uint32_t block)
 
 /* Block number b as a hop whose block before it is block number `prev`
  * (or none: UINT32_MAX): its header read, and the field of prev that holds
- * it (a pointer to it, or into it: a closure of a recursive set). */
+ * it (a pointer to it, or into it: a closure of a recursive set), looked
+ * for in a block before of FIELD_SCAN fields at most (a larger one's field
+ * is no part of a path's shape).  One process_vm_readv for both headers
+ * and the first fields: the cost of a path is a few reads a block shown. */
 static void fill_hop(struct tracer *tr, uint32_t b, uint32_t prev, struct trace4_hop *h)
 {
-	uint64_t hd = 0, pv, phd, f[512];
+	uint64_t hd = 0, pv = 0, pf[1 + FIRST_FIELDS], f[FIELD_SCAN], nf;
+	struct iovec local[2], remote[2];
+	ssize_t got;
+	const uint64_t *fields = pf + 1;
 
 	memset(h, 0, sizeof(*h));
 	h->v = hx_address(tr->hx, b);
 	h->field = -1;
-	if (tracer_read(tr, h->v - 8, &hd, 8) == 0) {
-		h->tag = hd & 0xff;
-		h->wosize = (uint32_t)(hd >> 10);
+	local[0] = (struct iovec){ &hd, 8 };
+	remote[0] = (struct iovec){ (void *)(uintptr_t)(h->v - 8), 8 };
+	if (prev != UINT32_MAX && (pv = hx_address(tr->hx, prev))) {
+		local[1] = (struct iovec){ pf, sizeof(pf) };
+		remote[1] = (struct iovec){ (void *)(uintptr_t)(pv - 8), sizeof(pf) };
 	}
-	if (prev == UINT32_MAX || !(pv = hx_address(tr->hx, prev)) || tracer_read(tr, pv - 8, &phd, 8))
+	got = process_vm_readv(tr->pid, local, pv ? 2 : 1, remote, pv ? 2 : 1, 0);
+	if (got < 8)
 		return;
-	for (uint64_t at = 0; at < (phd >> 10) && at < FIELD_SCAN; at += 512) {
-		uint64_t n = (phd >> 10) - at < 512 ? (phd >> 10) - at : 512;
-
-		if (tracer_read(tr, pv + 8 * at, f, 8 * n))
+	tr->r->bytes_read += (uint64_t)got;
+	h->tag = hd & 0xff;
+	h->wosize = (uint32_t)(hd >> 10);
+	if (!pv || got < 16)
+		return; /* no block before, or its header unread (a read stops at an unmapped page) */
+	nf = pf[0] >> 10;
+	if (nf > FIELD_SCAN)
+		return;
+	if (nf > (uint64_t)(got - 16) / 8) { /* more fields than the first read had */
+		if (tracer_read(tr, pv, f, 8 * nf))
 			return;
-		for (uint64_t k = 0; k < n; k++)
-			if (f[k] >= h->v && f[k] < h->v + 8 * (h->wosize ? h->wosize : 1) &&
-			    (f[k] == h->v || h->tag == 247)) {
-				h->field = (int32_t)(at + k);
-				return;
-			}
+		fields = f;
 	}
+	for (uint64_t k = 0; k < nf; k++)
+		if (fields[k] >= h->v && fields[k] < h->v + 8 * (h->wosize ? h->wosize : 1) &&
+		    (fields[k] == h->v || h->tag == 247)) {
+			h->field = (int32_t)k;
+			return;
+		}
 }
 
 /* Hop d (from the root's value) of q, which is shown there. */

@@ -337,8 +337,11 @@ static int visit_static(struct tracer *tr, uint64_t v, uint16_t label)
 	tr->slabel[i] = nw;
 	if (tracer_read(tr, v - 8, &hd, 8) || (hd >> 10) > MAX_STATIC_WORDS)
 		return 0; /* not an OCaml block after all */
+	/* its fields' parent: reached from a root, that root through static
+	 * data; from a heap block, that block (the static hop not shown) */
 	ctx = tr->ctx;
-	tr->ctx = PARENT_ROOT | PARENT_STATIC | nw;
+	if (ctx & PARENT_ROOT)
+		tr->ctx = ctx | PARENT_STATIC;
 	push_fields(tr, v, hd, NULL, 0, nw); /* unreadable fields: not a block after all */
 	tr->ctx = ctx;
 	return 0;
