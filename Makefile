@@ -20,15 +20,15 @@ DEB_PKGS := clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libglib2.0-
             protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libjson-glib-dev \
             libclang-rt-14-dev libdevel-nytprof-perl chromium libxml2-utils gdb \
             libmicrohttpd-dev libsystemd-dev libcurl4-openssl-dev curl systemd python3-prometheus-client prometheus help2man \
-            libncurses-dev tmux golang-go menhir ocaml-source
+            libncurses-dev tmux golang-go menhir ocaml-source libgraphviz-dev
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -Iuser -I$(BUILD) \
             -I$(BUILD)/gen
 # Recursive (=): pkg-config runs in recipes, after `deps` installed it.
 CFLAGS   += $(shell pkg-config --cflags glib-2.0 json-glib-1.0 libmicrohttpd libsystemd libcurl 2>/dev/null)
-# libmicrohttpd and libcurl: headers only; loaded by the commands that use
-# them (user/cmd/ondemand.h), not at every start
+# libmicrohttpd, libcurl and libgvc (libgraphviz-dev): headers only; loaded by
+# the commands that use them (user/cmd/ondemand.h), not at every start
 LDLIBS   = -lbpf -ldw -lelf -lz -lm -lpthread -lprotobuf-c \
            $(shell pkg-config --libs glib-2.0 json-glib-1.0 libsystemd ncursesw 2>/dev/null)
 

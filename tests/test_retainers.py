@@ -15,13 +15,14 @@ import chtest
 RATE = 1e-3
 
 
-def _census(name, fixture_args, census_args, read, interrupt):
-    """census --retainers -o JSON on fixture `name` started with --wait:
+def _census(name, fixture_args, census_args, read, interrupt, out_name="census.json"):
+    """census --retainers -o out_name (JSON, else the file's path is
+    returned) on fixture `name` started with --wait:
     the fixture goes on once camlheap is attached, read(its stdout) reads
     what it prints, then the census ends (with `interrupt`, by SIGINT).
     Returns (report, what read returned)."""
     w = chtest.Waiting(name, fixture_args)
-    out = os.path.join(chtest.tmpdir(), "census.json")
+    out = os.path.join(chtest.tmpdir(), out_name)
     p = subprocess.Popen([chtest.CAMLHEAP, "census", "-p", str(w.pid)] + census_args +
                          ["--retainers", "--max-pause", "30", "-o", out],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -39,7 +40,7 @@ def _census(name, fixture_args, census_args, read, interrupt):
             p.kill()
         w.proc.kill()
         w.proc.wait()
-    return json.load(open(out)), got
+    return (json.load(open(out)) if out.endswith(".json") else out), got
 
 
 def _census_until_idle(name, args, rate, truth_line):
@@ -116,7 +117,7 @@ RETAIN_ROOTS = {  # the retain fixture's mode: how the paths' root must read
 }
 
 
-def _retain(mode, rate=1e-2, n=20000):
+def _retain(mode, rate=1e-2, n=20000, out_name="census.json"):
     """The retain fixture in `mode`, its structure built after the attach,
     a census of 4 s: (report, the structure's words)."""
     def read(f):
@@ -124,7 +125,7 @@ def _retain(mode, rate=1e-2, n=20000):
         m = re.match(r"^READY \d+ TRUTH words=(\d+)", line)
         assert m, line
         return int(m.group(1))
-    return _census("retain", [mode, "n=%d" % n], ["--rate", repr(rate), "--duration", "4"], read, False)
+    return _census("retain", [mode, "n=%d" % n], ["--rate", repr(rate), "--duration", "4"], read, False, out_name)
 
 
 def test_paths_name_their_kind_of_root():
@@ -200,3 +201,44 @@ def test_past_max_pause_the_census_is_written_without_paths():
     finally:
         w.proc.kill()
         w.proc.wait()
+
+
+def test_paths_as_a_graph():
+    """-o FILE.svg: the paths laid out by Graphviz, valid SVG whose nodes
+    name the root, the Hashtbl's parts and the census's first site; -o
+    FILE.dot: the graph itself, every edge between nodes it defines, every
+    root reaching a site."""
+    import xml.etree.ElementTree as ET
+    svg, _ = _retain("table", out_name="paths.svg")
+    texts = [t.text or "" for t in ET.parse(svg).iter("{http://www.w3.org/2000/svg}text")]
+    assert any(re.fullmatch(r"global Retain field \d+", t) for t in texts), texts
+    assert any("the Hashtbl's bucket array" in t for t in texts) and any(t.startswith("#1 ") for t in texts), texts
+    def until_idle(f):
+        line = b"-"
+        while line and b"TRUTH alloc Leak.cache_cell" not in line:
+            line = f.readline()
+        assert line, "the fixture ended first"
+    dot, _ = _census("leak", ["idle", "n=2"], ["--rate", repr(RATE), "--wait-major", "1000000"], until_idle, True,
+                     "paths.dot")
+    text = open(dot).read()
+    assert text.startswith("digraph retainers {") and text.rstrip().endswith("}"), text[:200]
+    nodes = dict(re.findall(r'^  (n\d+) \[label="((?:[^"\\]|\\.)*)"', text, re.M))
+    edges = re.findall(r"^  (n\d+) -> (n\d+)", text, re.M)
+    assert edges and all(a in nodes and b in nodes for a, b in edges), (nodes, edges)
+    succ = {}
+    for a, b in edges:
+        succ.setdefault(a, []).append(b)
+    roots = [n for n, l in nodes.items() if l.startswith("global Leak field ")]
+    sites = {n for n, l in nodes.items() if l.startswith("#")}
+    assert roots and sites, nodes
+
+    def reaches(n, seen=()):
+        return n in sites or any(reaches(m, seen + (n,)) for m in succ.get(n, []) if m not in seen)
+    assert all(reaches(r) for r in roots), (roots, edges)
+
+
+def test_graph_formats_are_census_retainers_only():
+    for args in (["record", "-p", "1", "-o", "/tmp/x.dot"], ["census", "-p", "1", "-o", "/tmp/x.dot"],
+                 ["census", "-p", "1", "--exact", "--retainers", "-o", "/tmp/x.svg"]):
+        r = subprocess.run([chtest.CAMLHEAP] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+        assert r.returncode == 2 and b"dot" in r.stderr, (args, r.stderr)

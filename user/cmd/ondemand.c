@@ -1,5 +1,5 @@
-/* ondemand.c -- libmicrohttpd and libcurl loaded by the commands that use
- * them (ondemand.h). */
+/* ondemand.c -- libmicrohttpd, libcurl and libgvc loaded by the commands
+ * that use them (ondemand.h). */
 #define _GNU_SOURCE
 #include "cmd/ondemand.h"
 
@@ -64,4 +64,56 @@ const struct ondemand_curl *ondemand_curl(char *err, size_t errlen)
 	if (state < 0)
 		snprintf(err, errlen, "%s", why);
 	return state > 0 ? &api : NULL;
+}
+
+const struct ondemand_gvc *ondemand_gvc(char *err, size_t errlen)
+{
+	static struct ondemand_gvc api;
+	static int state;
+	static char why[256];
+	static const char *const names[] = { ONDEMAND_GVC(ONDEMAND_NAME) };
+
+	pthread_mutex_lock(&lock);
+	if (!state)
+		state = load("libgvc.so.6", "libgvc6", names, (void **)&api, sizeof(api) / sizeof(void *), why,
+			     sizeof(why)) < 0 ? -1 : 1;
+	pthread_mutex_unlock(&lock);
+	if (state < 0)
+		snprintf(err, errlen, "%s", why);
+	return state > 0 ? &api : NULL;
+}
+
+int ondemand_dot_to_svg(const char *dot, FILE *f, char *err, size_t errlen)
+{
+	const struct ondemand_gvc *gv = ondemand_gvc(err, errlen);
+	GVC_t *gvc;
+	Agraph_t *g;
+	char *svg = NULL;
+	unsigned int len = 0;
+	int ret = -1;
+
+	if (!gv)
+		return -1;
+	gvc = gv->gvContext();
+	g = gvc ? gv->agmemread(dot) : NULL;
+	if (!g) {
+		snprintf(err, errlen, "Graphviz refused the graph");
+	} else if (gv->gvLayout(gvc, g, "dot") != 0) {
+		snprintf(err, errlen, "Graphviz's dot layout failed (is libgvc6's plugin configuration in place?)");
+	} else {
+		if (gv->gvRenderData(gvc, g, "svg", &svg, &len) != 0 || !svg)
+			snprintf(err, errlen, "Graphviz could not render SVG");
+		else if (fwrite(svg, 1, len, f) != len)
+			snprintf(err, errlen, "write failed");
+		else
+			ret = 0;
+		if (svg)
+			gv->gvFreeRenderData(svg);
+		gv->gvFreeLayout(gvc, g);
+	}
+	if (g)
+		gv->agclose(g);
+	if (gvc)
+		gv->gvFreeContext(gvc);
+	return ret;
 }

@@ -57,11 +57,11 @@ int parse_format(const char *arg, enum report_format *f, bool memtrace)
 {
 	static const struct { const char *name; enum report_format f; } names[] = {
 		{ "text", REPORT_TEXT }, { "collapsed", REPORT_COLLAPSED }, { "pprof", REPORT_PPROF },
-		{ "json", REPORT_JSON }, { "svg", REPORT_SVG }, { "memtrace", REPORT_MEMTRACE },
+		{ "json", REPORT_JSON }, { "svg", REPORT_SVG }, { "memtrace", REPORT_MEMTRACE }, { "dot", REPORT_DOT },
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (!strcmp(arg, names[i].name) && (memtrace || names[i].f != REPORT_MEMTRACE)) {
+		if (!strcmp(arg, names[i].name) && (memtrace || (names[i].f != REPORT_MEMTRACE && names[i].f != REPORT_DOT))) {
 			*f = names[i].f;
 			return 0;
 		}

@@ -46,7 +46,8 @@ int parse_top(struct argp_state *state, const char *arg);
 bool parse_by(struct argp_state *state, const char *arg);
 
 /* A --format name into *f: text, collapsed, pprof, json, svg, and
- * memtrace only if `memtrace` (record writes a recording, report does not).
+ * memtrace and dot only if `memtrace` (record writes a recording, census
+ * --retainers a graph, report neither).
  * Returns 0, or -1 for any other name (*f untouched). */
 int parse_format(const char *arg, enum report_format *f, bool memtrace);
 

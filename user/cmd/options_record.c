@@ -148,7 +148,7 @@ static const char census_doc[] =
 	"  camlheap census -p 1234 --on oom,rss=2G -o at-oom.txt\n"
 	"  camlheap census -p 1234 --exact -o heap.json\n"
 	"  camlheap census -p 1234 --exact --retainers --max-pause 5\n"
-	"  camlheap census -p 1234 --retainers --wait-major 2";
+	"  camlheap census -p 1234 --retainers --wait-major 2 --max-pause 5 -o paths.svg";
 
 static const struct argp_option census_options[] = {
 	{ "pid", 'p', "PID", 0, "The running process (required)", 0 },
@@ -191,7 +191,7 @@ static enum report_format format_of_name(const char *path)
 	static const struct { const char *ext; enum report_format f; } exts[] = {
 		{ ".txt", REPORT_TEXT }, { ".json", REPORT_JSON }, { ".svg", REPORT_SVG },
 		{ ".pb.gz", REPORT_PPROF }, { ".pprof", REPORT_PPROF }, { ".folded", REPORT_COLLAPSED },
-		{ ".collapsed", REPORT_COLLAPSED },
+		{ ".collapsed", REPORT_COLLAPSED }, { ".dot", REPORT_DOT }, { ".gv", REPORT_DOT },
 	};
 	size_t n = strlen(path);
 
@@ -236,8 +236,10 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 			if (o->format == REPORT_MEMTRACE) /* no known extension */
 				o->format = REPORT_TEXT;
 		}
-		if (o->format != REPORT_TEXT && o->format != REPORT_JSON)
-			argp_error(state, "census writes text or json (-o NAME.txt or NAME.json, or --format)");
+		if (o->format != REPORT_TEXT && o->format != REPORT_JSON &&
+		    !((o->format == REPORT_DOT || o->format == REPORT_SVG) && o->retainers && !o->exact))
+			argp_error(state, "census writes text or json (-o NAME.txt or NAME.json, or --format); with "
+					  "--retainers (not --exact) also the paths as a graph: dot or svg");
 		if (o->exact) {
 			if (o->wait_major || o->duration_s > 0 || o->malloc || o->by_stack || o->max_tracked ||
 			    o->rate_given || o->executor || o->on.set)
@@ -277,6 +279,9 @@ static void record_parse_end(struct record_opts *o, struct argp_state *state)
 		argp_error(state, "--on writes censuses: drop --no-census");
 	if (!o->format_given && o->output && strcmp(o->output, "-"))
 		o->format = format_of_name(o->output);
+	if (o->format == REPORT_DOT)
+		argp_error(state, "dot is census --retainers' graph of paths; record writes text, collapsed, pprof, json, "
+				  "svg or memtrace");
 	if (o->value && (o->format == REPORT_PPROF || o->format == REPORT_JSON || o->format == REPORT_MEMTRACE))
 		argp_error(state, "--value is for text, collapsed and svg output (pprof, json and the recording carry "
 				  "every value: camlheap report FILE --value ...)");
@@ -363,7 +368,8 @@ static error_t record_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case 'f':
 		if (parse_format(arg, &o->format, true) < 0)
-			argp_error(state, "unknown format '%s' (text, collapsed, pprof, json, svg or memtrace)", arg);
+			argp_error(state, "unknown format '%s' (text, collapsed, pprof, json, svg or memtrace; census: text, "
+					  "json, and with --retainers dot or svg)", arg);
 		o->format_given = true;
 		break;
 	case 'n':

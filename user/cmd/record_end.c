@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cmd/ondemand.h"
 #include "collect/sampler.h"
 #include "output/outfile.h"
 
@@ -43,6 +44,26 @@ bool record_wait_for_command(pid_t pid, int sigfd, int pidfd, int *status, int *
 	}
 }
 
+/* census --retainers -o FILE.svg: the DOT graph rendered by libgvc into f.
+ * Returns 0 or -errno (-ENOTSUP: Graphviz missing or failing, said on
+ * stderr). */
+static int census_svg(FILE *f, const struct profile *prof, const struct report_meta *meta, struct target *t)
+{
+	char *dot = NULL, err[512];
+	size_t n = 0;
+	FILE *m = open_memstream(&dot, &n);
+	int ret = m ? report_render(m, REPORT_DOT, true, prof, meta, &t->mods) : -ENOMEM;
+
+	if (m && fclose(m) && !ret)
+		ret = -ENOMEM;
+	if (!ret && ondemand_dot_to_svg(dot, f, err, sizeof(err)) < 0) {
+		fprintf(stderr, "camlheap: the graph as SVG: %s (-o FILE.dot writes it for Graphviz's dot)\n", err);
+		ret = -ENOTSUP;
+	}
+	free(dot);
+	return ret;
+}
+
 /* Render the report through a temporary file (outfile.h).  Returns 0 or
  * -errno. */
 int record_write_report(const struct record_opts *o, const struct profile *prof, const struct report_meta *meta,
@@ -54,7 +75,10 @@ int record_write_report(const struct record_opts *o, const struct profile *prof,
 	ret = outfile_open(&out, o->output);
 	if (ret < 0)
 		return ret;
-	ret = report_render(out.f, o->format, o->census, prof, meta, &t->mods);
+	if (o->census && o->format == REPORT_SVG) /* the graph of paths, laid out by Graphviz */
+		ret = census_svg(out.f, prof, meta, t);
+	else
+		ret = report_render(out.f, o->format, o->census, prof, meta, &t->mods);
 	if (ret < 0)
 		outfile_abort(&out);
 	else

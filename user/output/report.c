@@ -10,6 +10,8 @@
 int report_render(FILE *out, enum report_format format, bool census, const struct profile *p,
 		  const struct report_meta *m, struct modules *mods)
 {
+	if (census && format == REPORT_DOT)
+		return report_write_census_dot(out, p, m, mods);
 	if (census && format != REPORT_JSON)
 		return report_write_census(out, p, m, mods);
 	switch (format) {

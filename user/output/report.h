@@ -22,6 +22,8 @@ enum report_format {
 	REPORT_JSON,        /* docs/json.md */
 	REPORT_SVG,         /* interactive flame graph (flamegraph.pl, report.c) */
 	REPORT_MEMTRACE,    /* the recording itself: a memtrace trace (recording.h) */
+	REPORT_DOT,         /* census --retainers: the paths as a Graphviz graph (report_dot.c; svg: rendered by
+			     * cmd/ondemand.h's libgvc) */
 };
 
 /* Which quantity a report ranks sites by (and collapsed / svg output sums). */

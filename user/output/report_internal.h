@@ -145,9 +145,74 @@ void report_stacks_of_sites(const struct report_groups *r, struct modules *mods,
 void report_paths_text(FILE *out, const struct report_meta *m, struct modules *mods, const struct report_groups *r,
 		       size_t gi);
 
+/* census --retainers: under the tables, each of the first k points'
+ * first group (root and owner) and its unreachable share: the answer on
+ * the first screen, the paths in the detail. */
+void report_paths_summary(FILE *out, const struct profile *p, const struct report_meta *m,
+			  const struct report_groups *r, size_t k);
+
 /* census --retainers: r->path_of made (nothing if m->retention has no
  * paths, or no memory). */
 void report_paths_index(const struct report_meta *m, struct modules *mods, struct report_groups *r, bool by_stack);
+
+/* "Module.f (file.ml:12)", with its type for custom blocks and bigarrays:
+ * an allocation point's name (report_text_points.c).  Returns buf. */
+const char *report_point_name(const struct profile *p, const struct point_group *pg, char *buf, size_t len);
+
+/* "Leak.leak_one (leak.ml:63)": a site by its allocation's innermost frame
+ * (report_paths.c). */
+void report_site_leaf_name(const struct profile_site *s, struct modules *mods, char *buf, size_t len);
+
+/* census --retainers, grouped (report_paths.c). */
+#define PATH_SEGS_MAX (2 * REPORT_PATH_END + 1)
+
+/* Consecutive blocks of one shape on a path, or the gap between its
+ * shown ends. */
+struct path_seg {
+	const struct report_hop *rep; /* the first of them */
+	uint64_t nmin, nmax;          /* how many (one path's: nmin == nmax) */
+	bool gap;                     /* blocks not shown: nmin..nmax of them */
+	bool last;                    /* the sampled block */
+};
+
+/* The paths of one root whose blocks one owner retains alone (the same
+ * root group or field, or several: "shared"), shown by the shortest. */
+struct path_group {
+	GString *key;
+	size_t rep;                   /* its shortest path (the first of them), an index into the retention's paths */
+	uint64_t blocks, samples, len_min, len_max;
+	GHashTable *shapes;           /* the distinct shapes of its paths */
+	struct path_seg segs[PATH_SEGS_MAX]; /* the shortest path's */
+	size_t nsegs;
+};
+
+/* The groups of entry gi (as report_paths_text), the most samples first. */
+struct path_groups {
+	struct path_group **g;
+	size_t n;
+	uint64_t blocks;              /* the entry's live sampled blocks followed at the stop */
+	uint64_t count[4];            /* of which, by enum report_path_status */
+	GHashTable *by_key;
+};
+
+/* Group the paths of entry gi of r into *out (empty without paths).
+ * Returns 0, or -1 on allocation failure (*out empty).  Free with
+ * report_path_groups_free. */
+int report_path_groups(const struct report_meta *m, const struct report_groups *r, size_t gi, struct path_groups *out);
+void report_path_groups_free(struct path_groups *pg);
+
+/* "held by global Leak field 4 alone: paths of 323-23528 blocks" into buf. */
+void report_path_group_title(const struct report_retention *rr, const struct path_group *g, char *buf, size_t len);
+
+/* A segment as the text report shows it ("block tag 0, 2 words  x 10: its
+ * data"), without the field that leads to it; *role: the block before's
+ * role among a stdlib container's parts (0 at a path's start), then its. */
+void report_seg_text(const struct report_retention *rr, const struct path_seg *s, const struct profile_site *own,
+		     struct modules *mods, int *role, char *buf, size_t len);
+
+/* census --retainers -o FILE.dot: the paths of the top entries as a
+ * Graphviz graph (report_dot.c). */
+int report_write_census_dot(FILE *out, const struct profile *p, const struct report_meta *m, struct modules *mods);
 
 /* census --retainers: JSON member "retainers" (docs/json.md), the paths
  * grouped by shape under each of sites[0..nsites) (the "sites" array's

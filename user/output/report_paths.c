@@ -29,26 +29,7 @@
 
 #define WIDE 16            /* a block of more fields: which one leads on is left out of the shape */
 #define GROUPS_SHOWN 3     /* groups (a root and an owner) shown under an entry */
-#define SEGS_MAX (2 * REPORT_PATH_END + 1)
-
-/* Consecutive blocks of one shape on a path, or the gap between its ends. */
-struct seg {
-	const struct report_hop *rep; /* the first of them (on the group's first path) */
-	uint64_t nmin, nmax;          /* how many, over the group's paths */
-	bool gap;                     /* blocks not shown: nmin..nmax of them */
-	bool last;                    /* the sampled block */
-};
-
-/* The paths of one root whose blocks one owner retains (the same root
- * group, field, or "shared"). */
-struct shape_group {
-	GString *key;
-	size_t rep;                   /* its shortest path (the first of them), an index into the retention's paths */
-	uint64_t blocks, samples, len_min, len_max;
-	GHashTable *shapes;           /* the shapes of its paths (shape_key) */
-	struct seg segs[SEGS_MAX];    /* the shortest path's */
-	size_t nsegs;
-};
+#define SEGS_MAX PATH_SEGS_MAX
 
 static bool same_hop(const struct report_hop *a, const struct report_hop *b, bool wide_field)
 {
@@ -56,7 +37,7 @@ static bool same_hop(const struct report_hop *a, const struct report_hop *b, boo
 }
 
 /* Path p as segments into s (SEGS_MAX); returns how many. */
-static size_t path_segs(const struct report_path *p, struct seg *s)
+static size_t path_segs(const struct report_path *p, struct path_seg *s)
 {
 	const struct report_hop *prev = NULL;
 	size_t n = 0;
@@ -69,7 +50,7 @@ static size_t path_segs(const struct report_path *p, struct seg *s)
 			uint64_t gap = p->length - p->nhead - p->ntail;
 
 			if (gap)
-				s[n++] = (struct seg){ .gap = true, .nmin = gap, .nmax = gap };
+				s[n++] = (struct path_seg){ .gap = true, .nmin = gap, .nmax = gap };
 			if (gap)
 				prev = NULL;
 			continue;
@@ -81,7 +62,7 @@ static size_t path_segs(const struct report_path *p, struct seg *s)
 			s[n - 1].nmin++;
 			s[n - 1].nmax++;
 		} else {
-			s[n++] = (struct seg){ .rep = h, .nmin = 1, .nmax = 1 };
+			s[n++] = (struct path_seg){ .rep = h, .nmin = 1, .nmax = 1 };
 		}
 		prev = h;
 	}
@@ -94,7 +75,7 @@ static size_t path_segs(const struct report_path *p, struct seg *s)
  * tag, size (not the sampled block's) and the field that leads to it (not
  * out of a wide block), a gap and a repeat of the same left out (a list's
  * cells before and after the blocks not shown are one run). */
-static void shape_key(GString *key, const struct report_path *p, const struct seg *s, size_t n)
+static void shape_key(GString *key, const struct report_path *p, const struct path_seg *s, size_t n)
 {
 	const struct report_hop *prev = NULL;
 	GString *one = g_string_new(NULL), *last = g_string_new(NULL);
@@ -121,7 +102,7 @@ static void shape_key(GString *key, const struct report_path *p, const struct se
 
 static int cmp_group_samples(const void *a, const void *b)
 {
-	const struct shape_group *x = *(const struct shape_group *const *)a, *y = *(const struct shape_group *const *)b;
+	const struct path_group *x = *(const struct path_group *const *)a, *y = *(const struct path_group *const *)b;
 
 	if (x->samples != y->samples)
 		return x->samples > y->samples ? -1 : 1;
@@ -130,7 +111,7 @@ static int cmp_group_samples(const void *a, const void *b)
 
 static void free_group(gpointer p)
 {
-	struct shape_group *g = p;
+	struct path_group *g = p;
 
 	g_string_free(g->key, TRUE);
 	if (g->shapes)
@@ -142,16 +123,16 @@ static void free_group(gpointer p)
 static void group_path(GHashTable *by_key, const struct report_retention *rr, size_t i)
 {
 	const struct report_path *p = &rr->paths[i];
-	struct seg s[SEGS_MAX];
+	struct path_seg s[SEGS_MAX];
 	size_t n = path_segs(p, s);
 	GString *key = g_string_new(NULL), *shape = g_string_new(NULL);
-	struct shape_group *g;
+	struct path_group *g;
 
 	g_string_printf(key, "%d/%d/%d", p->root, p->via_static, p->owner);
 	shape_key(shape, p, s, n);
 	g = g_hash_table_lookup(by_key, key->str);
 	if (!g) {
-		g = g_new0(struct shape_group, 1);
+		g = g_new0(struct path_group, 1);
 		g->key = key;
 		g->rep = i;
 		g->len_min = g->len_max = p->length;
@@ -175,8 +156,7 @@ static void group_path(GHashTable *by_key, const struct report_retention *rr, si
 	g->samples += p->samples;
 }
 
-/* "Leak.leak_one (leak.ml:63)": a site by its allocation's innermost frame. */
-static void site_name(const struct profile_site *s, struct modules *mods, char *buf, size_t len)
+void report_site_leaf_name(const struct profile_site *s, struct modules *mods, char *buf, size_t len)
 {
 	struct sym_frame fr[MAX_INLINE];
 	int n = s->stack && s->stack->nframes ? modules_lookup(mods, s->stack->frames[0], s->alloc_idx, fr, MAX_INLINE)
@@ -270,47 +250,60 @@ static enum role role_of(enum role prev, const struct report_hop *h, const char 
 	return ROLE_NONE;
 }
 
-/* One segment of a shape, as a line; *role: the block before's, then its. */
-static void seg_line(FILE *out, const struct report_retention *rr, const struct seg *s, bool first,
-		     const struct profile_site *own, struct modules *mods, enum role *role)
+void report_seg_text(const struct report_retention *rr, const struct path_seg *s, const struct profile_site *own,
+		     struct modules *mods, int *role, char *buf, size_t len)
 {
 	const struct report_hop *h = s->rep;
-	char at[32] = "", n[48] = "", name[400];
 	const char *what = h && h->what >= 0 ? rr->strs[h->what] : NULL, *called = NULL;
+	char name[400], tag[32];
+	size_t n;
 
 	if (s->gap) {
 		if (s->nmin == s->nmax)
-			fprintf(out, "            ... %" PRIu64 " more block%s ...\n", s->nmin, report_plural(s->nmin));
+			snprintf(buf, len, "... %" PRIu64 " more block%s ...", s->nmin, report_plural(s->nmin));
 		else
-			fprintf(out, "            ... %" PRIu64 "-%" PRIu64 " more blocks ...\n", s->nmin, s->nmax);
+			snprintf(buf, len, "... %" PRIu64 "-%" PRIu64 " more blocks ...", s->nmin, s->nmax);
 		*role = ROLE_NONE;
 		return;
 	}
-	*role = role_of(*role, h, what, &called);
-	if (!first)
-		snprintf(at, sizeof(at), h->field >= 0 ? ".%d ->" : ".? ->", h->field);
-	if (s->nmax > 1)
-		snprintf(n, sizeof(n), s->nmin == s->nmax ? "  x %" PRIu64 : "  x %" PRIu64 "-%" PRIu64, s->nmin, s->nmax);
-	fprintf(out, "          %6s ", at);
+	*role = (int)role_of((enum role)*role, h, what, &called);
 	if (tag_word(h->tag))
-		fprintf(out, "%s", tag_word(h->tag));
+		snprintf(tag, sizeof(tag), "%s", tag_word(h->tag));
 	else
-		fprintf(out, "block tag %u", h->tag);
-	fprintf(out, ", %u word%s%s", h->wosize, report_plural(h->wosize), n);
-	if (s->last)
-		fprintf(out, "  <- the sampled block");
-	else if (h->site && h->site != own) {
-		site_name(h->site, mods, name, sizeof(name));
-		fprintf(out, "  (itself sampled at %s)", name);
-	} else if (h->site) {
-		fprintf(out, "  (itself sampled here)");
+		snprintf(tag, sizeof(tag), "block tag %u", h->tag);
+	n = (size_t)snprintf(buf, len, "%s, %u word%s", tag, h->wosize, report_plural(h->wosize));
+	if (s->nmax > 1 && n < len)
+		n += (size_t)snprintf(buf + n, len - n, s->nmin == s->nmax ? "  x %" PRIu64 : "  x %" PRIu64 "-%" PRIu64,
+				      s->nmin, s->nmax);
+	if (s->last && n < len)
+		n += (size_t)snprintf(buf + n, len - n, "  <- the sampled block");
+	else if (h->site && h->site != own && n < len) {
+		report_site_leaf_name(h->site, mods, name, sizeof(name));
+		n += (size_t)snprintf(buf + n, len - n, "  (itself sampled at %s)", name);
+	} else if (h->site && n < len) {
+		n += (size_t)snprintf(buf + n, len - n, "  (itself sampled here)");
 	}
 	/* shape4's own fallback says no more than the tag and size */
-	if (what && !s->last && s->nmax == 1 && strncmp(what, "block of tag", 12))
-		fprintf(out, ": %s", what);
-	else if (called)
-		fprintf(out, ": %s", called);
-	fprintf(out, "\n");
+	if (what && !s->last && s->nmax == 1 && strncmp(what, "block of tag", 12) && n < len)
+		snprintf(buf + n, len - n, ": %s", what);
+	else if (called && n < len)
+		snprintf(buf + n, len - n, ": %s", called);
+}
+
+/* One segment of a shape, as a line; *role: the block before's, then its. */
+static void seg_line(FILE *out, const struct report_retention *rr, const struct path_seg *s, bool first,
+		     const struct profile_site *own, struct modules *mods, int *role)
+{
+	char at[32] = "", text[1024];
+
+	report_seg_text(rr, s, own, mods, role, text, sizeof(text));
+	if (s->gap) {
+		fprintf(out, "            %s\n", text);
+		return;
+	}
+	if (!first)
+		snprintf(at, sizeof(at), s->rep->field >= 0 ? ".%d ->" : ".? ->", s->rep->field);
+	fprintf(out, "          %6s %s\n", at, text);
 }
 
 void report_paths_index(const struct report_meta *m, struct modules *mods, struct report_groups *r, bool by_stack)
@@ -359,96 +352,152 @@ void report_paths_header(FILE *out, const struct report_meta *m)
 		reached < rr->npaths ? " (the others, under their sites: garbage not swept yet, or not traced)" : "");
 }
 
+int report_path_groups(const struct report_meta *m, const struct report_groups *r, size_t gi, struct path_groups *out)
+{
+	const struct report_retention *rr = m->retention;
+	GHashTableIter it;
+	gpointer v;
+
+	memset(out, 0, sizeof(*out));
+	if (!rr || rr->why_not[0] || !r->path_of)
+		return 0;
+	out->by_key = g_hash_table_new_full(g_str_hash, g_str_equal, NULL, free_group);
+	for (size_t i = 0; i < rr->npaths; i++) {
+		if (r->path_of[i] != gi)
+			continue;
+		out->blocks++;
+		out->count[rr->paths[i].status]++;
+		if (rr->paths[i].status == REPORT_PATH_REACHED)
+			group_path(out->by_key, rr, i);
+	}
+	out->g = calloc(g_hash_table_size(out->by_key) + 1, sizeof(*out->g));
+	if (!out->g) {
+		report_path_groups_free(out);
+		return -1;
+	}
+	g_hash_table_iter_init(&it, out->by_key);
+	while (g_hash_table_iter_next(&it, NULL, &v))
+		out->g[out->n++] = v;
+	qsort(out->g, out->n, sizeof(*out->g), cmp_group_samples);
+	return 0;
+}
+
+void report_path_groups_free(struct path_groups *pg)
+{
+	free(pg->g);
+	if (pg->by_key)
+		g_hash_table_destroy(pg->by_key);
+	memset(pg, 0, sizeof(*pg));
+}
+
+void report_path_group_title(const struct report_retention *rr, const struct path_group *g, char *buf, size_t len)
+{
+	const struct report_path *p = &rr->paths[g->rep];
+	size_t n;
+
+	if (p->root == p->owner)
+		n = (size_t)snprintf(buf, len, "held by %s alone", rr->strs[p->root]);
+	else if (!strncmp(rr->strs[p->owner], "shared", 6))
+		n = (size_t)snprintf(buf, len, "held from %s and from other root groups", rr->strs[p->root]);
+	else
+		n = (size_t)snprintf(buf, len, "held from %s, retained by %s", rr->strs[p->root], rr->strs[p->owner]);
+	if (n < len)
+		n += (size_t)snprintf(buf + n, len - n, "%s: paths of %" PRIu64, p->via_static ? " (through the program's static data)" : "", g->len_min);
+	if (g->len_max != g->len_min && n < len)
+		n += (size_t)snprintf(buf + n, len - n, "-%" PRIu64, g->len_max);
+	if (n < len)
+		n += (size_t)snprintf(buf + n, len - n, " block%s", g->len_max == 1 ? "" : "s");
+	if (g_hash_table_size(g->shapes) > 1 && n < len)
+		snprintf(buf + n, len - n, " of %u shapes", g_hash_table_size(g->shapes));
+}
+
+void report_paths_summary(FILE *out, const struct profile *p, const struct report_meta *m,
+			  const struct report_groups *r, size_t k)
+{
+	const struct report_retention *rr = m->retention;
+	char name[1024], title[1024];
+	bool any = false;
+
+	for (size_t i = 0; rr && !rr->why_not[0] && r->path_of && i < k && i < r->npoints; i++) {
+		struct path_groups pg;
+
+		if (report_path_groups(m, r, i, &pg) < 0 || !pg.blocks) {
+			report_path_groups_free(&pg);
+			continue;
+		}
+		if (!any)
+			fprintf(out, "\nWhat keeps the first points' live sampled blocks alive (the first root and owner of "
+				     "each; paths in detail below):\n");
+		any = true;
+		report_point_name(p, &r->points[i], name, sizeof(name));
+		fprintf(out, "  #%zu  %s\n", i + 1, name);
+		if (pg.n) {
+			report_path_group_title(rr, pg.g[0], title, sizeof(title));
+			if (strstr(title, ": paths of")) /* their lengths: in the detail */
+				*strstr(title, ": paths of") = 0;
+			fprintf(out, "        %3.0f%%  %s%s\n", 100.0 * (double)pg.g[0]->blocks / (double)pg.blocks, title,
+				pg.n > 1 ? " (and other roots: below)" : "");
+		}
+		if (pg.count[REPORT_PATH_UNREACHABLE])
+			fprintf(out, "        %3.0f%%  unreachable: garbage the GC has not swept yet\n",
+				100.0 * (double)pg.count[REPORT_PATH_UNREACHABLE] / (double)pg.blocks);
+		report_path_groups_free(&pg);
+	}
+}
+
 void report_paths_text(FILE *out, const struct report_meta *m, struct modules *mods, const struct report_groups *r,
 		       size_t gi)
 {
 	const struct report_retention *rr = m->retention;
-	size_t ngroups = 0;
-	uint64_t count[4] = { 0 }, blocks = 0;
-	GHashTable *by_key;
-	struct shape_group **gs;
-	GHashTableIter it;
-	gpointer v;
+	struct path_groups pg;
+	char title[1024];
 
-	if (!rr || rr->why_not[0] || !r->path_of)
-		return;
-	by_key = g_hash_table_new_full(g_str_hash, g_str_equal, NULL, free_group);
-	for (size_t i = 0; i < rr->npaths; i++) {
-		if (r->path_of[i] != gi)
-			continue;
-		blocks++;
-		count[rr->paths[i].status]++;
-		if (rr->paths[i].status == REPORT_PATH_REACHED)
-			group_path(by_key, rr, i);
-	}
-	if (!blocks) {
-		g_hash_table_destroy(by_key);
+	if (report_path_groups(m, r, gi, &pg) < 0 || !pg.blocks) {
+		report_path_groups_free(&pg);
 		return;
 	}
-	gs = calloc(g_hash_table_size(by_key) + 1, sizeof(*gs));
-	g_hash_table_iter_init(&it, by_key);
-	while (gs && g_hash_table_iter_next(&it, NULL, &v))
-		gs[ngroups++] = v;
-	if (gs)
-		qsort(gs, ngroups, sizeof(*gs), cmp_group_samples);
-	fprintf(out, "    kept alive by (paths from the roots at the end, %" PRIu64 " live sampled block%s):\n", blocks,
-		report_plural(blocks));
-	for (size_t k = 0; gs && k < ngroups && k < GROUPS_SHOWN; k++) {
-		const struct shape_group *g = gs[k];
+	fprintf(out, "    kept alive by (paths from the roots at the end, %" PRIu64 " live sampled block%s):\n", pg.blocks,
+		report_plural(pg.blocks));
+	for (size_t k = 0; k < pg.n && k < GROUPS_SHOWN; k++) {
+		const struct path_group *g = pg.g[k];
 		const struct report_path *p = &rr->paths[g->rep];
-		enum role role = ROLE_NONE;
-		char len[64];
+		int role = ROLE_NONE;
 
-		if (g->len_min == g->len_max)
-			snprintf(len, sizeof(len), "%" PRIu64, g->len_min);
-		else
-			snprintf(len, sizeof(len), "%" PRIu64 "-%" PRIu64, g->len_min, g->len_max);
-		fprintf(out, "      %" PRIu64 " block%s (%.0f%%) ", g->blocks, report_plural(g->blocks),
-			100.0 * (double)g->blocks / (double)blocks);
-		if (p->root == p->owner)
-			fprintf(out, "held by %s alone", rr->strs[p->root]);
-		else if (!strncmp(rr->strs[p->owner], "shared", 6))
-			fprintf(out, "held from %s and from other root groups", rr->strs[p->root]);
-		else
-			fprintf(out, "held from %s, retained by %s", rr->strs[p->root], rr->strs[p->owner]);
-		fprintf(out, "%s: paths of %s block%s", p->via_static ? " (through the program's static data)" : "", len,
-			g->len_max == 1 ? "" : "s");
-		if (g_hash_table_size(g->shapes) > 1)
-			fprintf(out, " of %u shapes", g_hash_table_size(g->shapes));
-		fprintf(out, "; the shortest:\n        %s\n", rr->strs[p->root]);
+		report_path_group_title(rr, g, title, sizeof(title));
+		fprintf(out, "      %" PRIu64 " block%s (%.0f%%) %s; the shortest:\n        %s\n", g->blocks,
+			report_plural(g->blocks), 100.0 * (double)g->blocks / (double)pg.blocks, title, rr->strs[p->root]);
 		for (size_t s = 0; s < g->nsegs; s++)
 			seg_line(out, rr, &g->segs[s], s == 0, p->site, mods, &role);
 	}
-	if (ngroups > GROUPS_SHOWN) {
+	if (pg.n > GROUPS_SHOWN) {
 		uint64_t more = 0;
 
-		for (size_t k = GROUPS_SHOWN; k < ngroups; k++)
-			more += gs[k]->blocks;
+		for (size_t k = GROUPS_SHOWN; k < pg.n; k++)
+			more += pg.g[k]->blocks;
 		fprintf(out, "      (%zu more roots or owners: %" PRIu64 " block%s; JSON lists every one)\n",
-			ngroups - GROUPS_SHOWN, more, report_plural(more));
+			pg.n - GROUPS_SHOWN, more, report_plural(more));
 	}
-	if (count[REPORT_PATH_UNREACHABLE])
+	if (pg.count[REPORT_PATH_UNREACHABLE])
 		fprintf(out, "      %" PRIu64 " block%s unreachable: garbage the GC has not swept yet\n",
-			count[REPORT_PATH_UNREACHABLE], report_plural(count[REPORT_PATH_UNREACHABLE]));
-	if (count[REPORT_PATH_YOUNG])
+			pg.count[REPORT_PATH_UNREACHABLE], report_plural(pg.count[REPORT_PATH_UNREACHABLE]));
+	if (pg.count[REPORT_PATH_YOUNG])
 		fprintf(out, "      %" PRIu64 " block%s in the minor heap, not traced (a thread was running OCaml code)\n",
-			count[REPORT_PATH_YOUNG], report_plural(count[REPORT_PATH_YOUNG]));
-	if (count[REPORT_PATH_SKIPPED])
+			pg.count[REPORT_PATH_YOUNG], report_plural(pg.count[REPORT_PATH_YOUNG]));
+	if (pg.count[REPORT_PATH_SKIPPED])
 		fprintf(out, "      %" PRIu64 " block%s not followed to a root (--max-pause passed first)\n",
-			count[REPORT_PATH_SKIPPED], report_plural(count[REPORT_PATH_SKIPPED]));
-	free(gs);
-	g_hash_table_destroy(by_key);
+			pg.count[REPORT_PATH_SKIPPED], report_plural(pg.count[REPORT_PATH_SKIPPED]));
+	report_path_groups_free(&pg);
 }
 
-static void json_hops(JsonBuilder *jb, const struct report_retention *rr, const struct shape_group *g,
+static void json_hops(JsonBuilder *jb, const struct report_retention *rr, const struct path_group *g,
 		      GHashTable *site_ix)
 {
-	enum role role = ROLE_NONE;
+	int role = ROLE_NONE;
 
 	json_builder_set_member_name(jb, "blocks_on_path");
 	json_builder_begin_array(jb);
 	for (size_t s = 0; s < g->nsegs; s++) {
-		const struct seg *sg = &g->segs[s];
+		const struct path_seg *sg = &g->segs[s];
 		const struct report_hop *h = sg->rep;
 
 		const char *called = NULL;
@@ -467,7 +516,7 @@ static void json_hops(JsonBuilder *jb, const struct report_retention *rr, const 
 			json_member_int(jb, "field", h->field);
 		json_member_int(jb, "count_min", (int64_t)sg->nmin);
 		json_member_int(jb, "count_max", (int64_t)sg->nmax);
-		role = role_of(role, h, h->what >= 0 ? rr->strs[h->what] : NULL, &called);
+		role = (int)role_of((enum role)role, h, h->what >= 0 ? rr->strs[h->what] : NULL, &called);
 		if (h->what >= 0 && !sg->last && sg->nmax == 1)
 			json_member_str(jb, "shape", rr->strs[h->what]);
 		if (called)
@@ -517,11 +566,11 @@ void report_paths_json(JsonBuilder *jb, const struct report_meta *m, const struc
 			group_path(by_site[si - 1], rr, i);
 		} else { /* the other statuses counted under a key of their own */
 			char key[32];
-			struct shape_group *g;
+			struct path_group *g;
 
 			snprintf(key, sizeof(key), "!%s", status[rr->paths[i].status]);
 			if (!(g = g_hash_table_lookup(by_site[si - 1], key))) {
-				g = g_new0(struct shape_group, 1);
+				g = g_new0(struct path_group, 1);
 				g->key = g_string_new(key);
 				g->rep = i;
 				g_hash_table_insert(by_site[si - 1], g->key->str, g);
@@ -533,7 +582,7 @@ void report_paths_json(JsonBuilder *jb, const struct report_meta *m, const struc
 	for (size_t si = 0; by_site && si < nsites; si++) {
 		GHashTableIter it;
 		gpointer v;
-		struct shape_group **gs;
+		struct path_group **gs;
 		size_t n = 0;
 
 		if (!by_site[si])
@@ -549,7 +598,7 @@ void report_paths_json(JsonBuilder *jb, const struct report_meta *m, const struc
 		json_builder_set_member_name(jb, "paths");
 		json_builder_begin_array(jb);
 		for (size_t k = 0; gs && k < n; k++) {
-			const struct shape_group *g = gs[k];
+			const struct path_group *g = gs[k];
 			const struct report_path *p = &rr->paths[g->rep];
 
 			json_builder_begin_object(jb);

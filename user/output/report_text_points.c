@@ -39,8 +39,7 @@ static const char *with_ci(const struct profile *p, uint64_t samples, char *buf,
 	return buf;
 }
 
-/* "Module.f (file.ml:12)", with its type for custom blocks and bigarrays. */
-static const char *point_name(const struct profile *p, const struct point_group *pg, char *buf, size_t len)
+const char *report_point_name(const struct profile *p, const struct point_group *pg, char *buf, size_t len)
 {
 	const struct profile_site *s = pg->sum.site;
 	size_t n;
@@ -104,7 +103,7 @@ static void points_table(FILE *out, const struct profile *p, const struct report
 		cum += v;
 		fprintf(out, "  %4zu  %-9s %-32s %5.1f%% %5.1f%%  %s\n", i + 1, report_kind_name(pg->sum.kind),
 			with_ci(p, v, b1, sizeof(b1)), pct(v, r->total), pct(cum, r->total),
-			point_name(p, pg, name, sizeof(name)));
+			report_point_name(p, pg, name, sizeof(name)));
 	}
 }
 
@@ -259,7 +258,7 @@ static void point_detail(FILE *out, const struct profile *p, const struct report
 	size_t ns = pg->nstacks < STACKS_PER_POINT ? pg->nstacks : STACKS_PER_POINT;
 	char b1[96], name[1024];
 
-	point_name(p, pg, name, sizeof(name));
+	report_point_name(p, pg, name, sizeof(name));
 	if (census)
 		report_census_group_header(out, p, g, rank + 1, name);
 	else
@@ -290,6 +289,8 @@ void report_text_points(FILE *out, const struct profile *p, const struct report_
 
 	points_table(out, p, m, r, by);
 	functions_table(out, p, m, r, by);
+	if (census)
+		report_paths_summary(out, p, m, r, k < 10 ? k : 10);
 	if (!k)
 		return;
 	fprintf(out, "\nAllocation points in detail, each with its heaviest callstacks:\n");
