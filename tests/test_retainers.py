@@ -56,6 +56,12 @@ def _census_until_idle(name, args, rate, truth_line):
     return _census(name, args, ["--rate", repr(rate), "--wait-major", "1000000"], read, True)
 
 
+def _running_untraced(w):
+    """The fixture runs on, traced by no one."""
+    status = open("/proc/%d/status" % w.pid).read()
+    assert re.search(r"^TracerPid:\s+0$", status, re.M) and w.proc.poll() is None, status
+
+
 def _by_line(rep, lines):
     """The retainers' entries of the sites allocated at one of `lines`."""
     sites = {i for i, s in enumerate(rep["sites"]) if s["allocation"]["line"] in lines}
@@ -172,8 +178,7 @@ def check_retainers_refuses_ocaml5():
         assert r.returncode == 2 and "OCaml 4.12, 4.13 and 4.14" in err and "runs OCaml 5." in err, err
         assert not os.path.exists(out)
         w.line()
-        status = open("/proc/%d/status" % w.pid).read()
-        assert re.search(r"^TracerPid:\s+0$", status, re.M) and w.proc.poll() is None, status
+        _running_untraced(w)
     finally:
         w.proc.kill()
         w.proc.wait()
@@ -196,8 +201,7 @@ def test_past_max_pause_the_census_is_written_without_paths():
         rep = json.load(open(out))
         assert "--max-pause" in (rep["retainers"]["not_traced"] or ""), rep["retainers"]
         assert not rep["retainers"]["sites"] and rep["census"]["live_bytes"]["estimate"] > 0, rep["census"]
-        status = open("/proc/%d/status" % w.pid).read()
-        assert re.search(r"^TracerPid:\s+0$", status, re.M) and w.proc.poll() is None, status
+        _running_untraced(w)
     finally:
         w.proc.kill()
         w.proc.wait()

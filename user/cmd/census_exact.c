@@ -532,7 +532,7 @@ int census_exact_run(const struct census_exact_opts *o)
 	struct exact_run x = { .t = &t };
 	char msg[1024];
 	const char *hold = getenv("CAMLHEAP_TEST_HOLD_MS");
-	sigset_t stop_sigs, old_mask;
+	sigset_t old_mask;
 	int ret;
 
 	ret = outfile_check(o->output, msg, sizeof(msg));
@@ -553,13 +553,7 @@ int census_exact_run(const struct census_exact_opts *o)
 		target_release(&t);
 		return 2;
 	}
-	/* ^Z (or a background read or write) must not stop camlheap while the
-	 * target is stopped: held until it runs again */
-	sigemptyset(&stop_sigs);
-	sigaddset(&stop_sigs, SIGTSTP);
-	sigaddset(&stop_sigs, SIGTTIN);
-	sigaddset(&stop_sigs, SIGTTOU);
-	sigprocmask(SIG_BLOCK, &stop_sigs, &old_mask);
+	heap_freeze_hold_job_stops(&old_mask);
 	ret = heap_freeze_stop(&fz, o->pid, t.img, t.bias, o->max_wait_s, msg, sizeof(msg));
 	if (ret < 0) {
 		sigprocmask(SIG_SETMASK, &old_mask, NULL);

@@ -207,7 +207,7 @@ int census_paths_take(struct target *t, struct sampler *smp, struct ptexec *px, 
 	struct take k = { .t = t, .prof = prof, .rr = out };
 	struct sampler_block *b = NULL;
 	struct heap_freeze fz;
-	sigset_t stop_sigs, old_mask;
+	sigset_t old_mask;
 	double t0, t_end;
 	size_t n = 0;
 	int ret;
@@ -226,12 +226,7 @@ int census_paths_take(struct target *t, struct sampler *smp, struct ptexec *px, 
 		sampler_pause_executor(smp);
 		ptexec_stop(px);
 	}
-	/* ^Z must not stop camlheap while the target is stopped (census_exact.c) */
-	sigemptyset(&stop_sigs);
-	sigaddset(&stop_sigs, SIGTSTP);
-	sigaddset(&stop_sigs, SIGTTIN);
-	sigaddset(&stop_sigs, SIGTTOU);
-	sigprocmask(SIG_BLOCK, &stop_sigs, &old_mask);
+	heap_freeze_hold_job_stops(&old_mask);
 	/* the executor's thread has ended, but the kernel lets go of the
 	 * threads it traced at its exit a moment later (kernel/exit.c: exit_mm,
 	 * which wakes pthread_join, comes before exit_notify's exit_ptrace) */

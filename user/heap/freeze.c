@@ -351,3 +351,14 @@ double heap_freeze_release(struct heap_freeze *f)
 	f->ntids = f->cap = 0;
 	return stopped;
 }
+
+void heap_freeze_hold_job_stops(sigset_t *old)
+{
+	sigset_t stops;
+
+	sigemptyset(&stops);
+	sigaddset(&stops, SIGTSTP);
+	sigaddset(&stops, SIGTTIN);
+	sigaddset(&stops, SIGTTOU);
+	sigprocmask(SIG_BLOCK, &stops, old);
+}

@@ -21,6 +21,7 @@
 #ifndef CH_FREEZE_H
 #define CH_FREEZE_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -56,5 +57,11 @@ int heap_freeze_stop(struct heap_freeze *f, pid_t pid, const struct elf_image *i
 /* Let every thread go (PTRACE_DETACH) and free f's arrays.  Returns the seconds the
  * threads were stopped. */
 double heap_freeze_release(struct heap_freeze *f);
+
+/* While the target is stopped, ^Z (or a background read or write) must
+ * not stop camlheap: SIGTSTP, SIGTTIN and SIGTTOU blocked, the mask as it
+ * was into *old (sigprocmask(SIG_SETMASK, old, NULL) once the target runs
+ * again). */
+void heap_freeze_hold_job_stops(sigset_t *old);
 
 #endif
